@@ -1,0 +1,185 @@
+"""Cross-field rules of the RLJob API, each written once in Python and once in CEL, side by side.
+
+The Python ``check`` runs in the model (``RLJob`` validation, ``rljob validate``, the trainer); the ``cel``
+expression is emitted into the CRD as an ``x-kubernetes-validations`` entry at ``scope`` so the apiserver
+rejects the same specs at admission. ``tests/api/test_cel.py`` evaluates both on the same cases, so they
+cannot drift apart. Single-field bounds (ranges, patterns, enums) live on the fields in ``spec.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rljob.api import tpu
+from rljob.api.spec import RESERVED_TPU_PORTS
+
+MAX_NAME_LENGTH = 40
+"""Longest RLJob name. The JobSet (same name) gives pods ``<name>-slice-<job>-<pod>-<5 random>``; with
+up to 3 digits of slice index and 4 of host index that is name + 20 characters, and pod names (hostnames
+on the host network) must stay <= 63. 40 leaves a margin for JobSet's own suffixes."""
+
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+"""A DNS-1035 label: the name becomes a JobSet, a headless Service and pod hostnames."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validation rule. ``check`` and ``cel`` receive the object at ``scope`` (e.g. the spec)."""
+
+    scope: tuple[str, ...]  # path from the RLJob root to the object the rule is attached to
+    field: str  # path, relative to scope, of the field the error names (CEL fieldPath)
+    message: str
+    cel: str
+    check: Callable[[Any], bool]
+
+    @property
+    def path(self) -> str:
+        """The field's full path, as Kubernetes prints it (``spec.packing.maxSeqTokenPerTpu``)."""
+        return ".".join((*self.scope, self.field))
+
+    @property
+    def error(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def _cel_list(items: tuple[Any, ...]) -> str:
+    return "[" + ", ".join(f"'{i}'" if isinstance(i, str) else str(i) for i in items) + "]"
+
+
+def _topology_rule(gen: tpu.Generation) -> Rule:
+    allowed = gen.topologies
+    return Rule(
+        scope=("spec", "tpu"),
+        field="topology",
+        message=f"for {gen.accelerator} must be one of {', '.join(allowed)}",
+        cel=f"self.accelerator != '{gen.accelerator}' || self.topology in {_cel_list(allowed)}",
+        check=lambda t, g=gen: t.accelerator != g.accelerator or t.topology in g.topologies,
+    )
+
+
+_EIGHT_CHIP = tuple(g.accelerator for g in tpu.GENERATIONS if g.eight_chip_host)
+_SINGLE_HOST = tuple(
+    sorted({t for g in tpu.GENERATIONS for t in g.topologies if t not in tpu.multi_host_topologies(g.accelerator)})
+)
+
+
+def _chips_per_host_ok(t: Any) -> bool:
+    return t.chipsPerHost is None or t.chipsPerHost in tpu.allowed_chips_per_host(t.accelerator, t.topology)
+
+
+def _multislice_ok(t: Any) -> bool:
+    return t.slices == 1 or tpu.hosts_per_slice(t.accelerator, t.topology, t.chipsPerHost) > 1
+
+
+def _micro_divides(g: Any) -> bool:
+    mini = g.miniBatchSize if g.miniBatchSize is not None else g.batchSize
+    return g.microBatchSize is None or mini % g.microBatchSize == 0
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        scope=(),
+        field="metadata.name",
+        message=f"must be at most {MAX_NAME_LENGTH} characters, so generated pod names stay within 63",
+        cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+        check=lambda j: len(j.metadata.name) <= MAX_NAME_LENGTH,
+    ),
+    Rule(
+        scope=(),
+        field="metadata.name",
+        message="must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter)",
+        cel=f"self.metadata.name.matches('{NAME_PATTERN}')",
+        check=lambda j: re.fullmatch(NAME_PATTERN, j.metadata.name) is not None,
+    ),
+    Rule(
+        scope=("spec",),
+        field="maxPrefillPredictLength",
+        message="must be less than spec.maxTargetLength (prompt + completion)",
+        cel="self.maxPrefillPredictLength < self.maxTargetLength",
+        check=lambda s: s.maxPrefillPredictLength < s.maxTargetLength,
+    ),
+    Rule(
+        scope=("spec",),
+        field="packing.maxSeqTokenPerTpu",
+        message="must be 0 (unpacked) or at least spec.maxTargetLength, so a whole prompt+completion fits "
+        "one packed row",
+        cel="self.packing.maxSeqTokenPerTpu == 0 || self.packing.maxSeqTokenPerTpu >= self.maxTargetLength",
+        check=lambda s: s.packing.maxSeqTokenPerTpu == 0 or s.packing.maxSeqTokenPerTpu >= s.maxTargetLength,
+    ),
+    Rule(
+        scope=("spec",),
+        field="rollout.vllmBlockSize",
+        message="is only used by rollout.engine vllm",
+        cel="!has(self.rollout.vllmBlockSize) || self.rollout.engine == 'vllm'",
+        check=lambda s: s.rollout.vllmBlockSize is None or s.rollout.engine == "vllm",
+    ),
+    *(_topology_rule(g) for g in tpu.GENERATIONS),
+    Rule(
+        scope=("spec", "tpu"),
+        field="chipsPerHost",
+        message="must match the slice: 1 for topology 1x1, 8 only for 2x4 on "
+        f"{' or '.join(_EIGHT_CHIP)}, else 4",
+        cel="!has(self.chipsPerHost) || self.chipsPerHost == (self.topology == '1x1' ? 1 : 4) || "
+        f"(self.chipsPerHost == 8 && self.topology == '2x4' && self.accelerator in {_cel_list(_EIGHT_CHIP)})",
+        check=_chips_per_host_ok,
+    ),
+    Rule(
+        scope=("spec", "tpu"),
+        field="slices",
+        message="multislice (slices > 1) needs a multi-host slice; "
+        f"{', '.join(_SINGLE_HOST)} and 8-chip hosts are single-host",
+        cel=f"self.slices == 1 || (!(self.topology in {_cel_list(_SINGLE_HOST)}) && "
+        "!(has(self.chipsPerHost) && self.chipsPerHost == 8))",
+        check=_multislice_ok,
+    ),
+    Rule(
+        scope=("spec", "grpo"),
+        field="miniBatchSize",
+        message="must divide spec.grpo.batchSize",
+        cel="!has(self.miniBatchSize) || self.batchSize % self.miniBatchSize == 0",
+        check=lambda g: g.miniBatchSize is None or g.batchSize % g.miniBatchSize == 0,
+    ),
+    Rule(
+        scope=("spec", "grpo"),
+        field="microBatchSize",
+        message="must divide spec.grpo.miniBatchSize (or batchSize when miniBatchSize is unset)",
+        cel="!has(self.microBatchSize) || "
+        "(has(self.miniBatchSize) ? self.miniBatchSize : self.batchSize) % self.microBatchSize == 0",
+        check=_micro_divides,
+    ),
+    Rule(
+        scope=("spec", "metrics"),
+        field="port",
+        message=f"must not be one of the TPU runtime's ports {', '.join(map(str, RESERVED_TPU_PORTS))}",
+        cel=f"!(self.port in {_cel_list(RESERVED_TPU_PORTS)})",
+        check=lambda m: m.port not in RESERVED_TPU_PORTS,
+    ),
+)
+
+MUTABLE_SPEC_FIELDS: tuple[str, ...] = ("suspend",)
+"""Spec fields that may change after creation. Every other spec field is immutable: the operator creates
+the JobSet once and never re-applies the spec (Kueue edits it while suspended), so a change would
+silently do nothing."""
+
+
+def _scoped(obj: Any, scope: tuple[str, ...]) -> Any:
+    for name in scope:
+        obj = getattr(obj, name)
+    return obj
+
+
+def violations(rljob: Any) -> list[str]:
+    """Every rule the RLJob breaks, as ``path: message`` lines."""
+    return [r.error for r in RULES if not r.check(_scoped(rljob, r.scope))]
+
+
+def immutable_violations(old_spec: Any, new_spec: Any) -> list[str]:
+    """Changes to fields that must not change after creation, as ``path: message`` lines."""
+    return [
+        f"spec.{name}: is immutable after creation"
+        for name in type(new_spec).model_fields
+        if name not in MUTABLE_SPEC_FIELDS and getattr(old_spec, name) != getattr(new_spec, name)
+    ]

@@ -1,0 +1,234 @@
+"""The RLJob model: the single source of truth for the API.
+
+The CRD schema (``crds/``), its CEL rules and the field reference in ``docs/api.md`` are generated from
+these classes (``rljob crd``), and the operator and the trainer both read RLJobs through them. Field
+docstrings become the CRD's descriptions, so ``kubectl explain rljob.spec.packing`` shows them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rljob.api.tpu import ACCELERATORS
+
+GROUP = "rljob.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "RLJob"
+PLURAL = "rljobs"
+SINGULAR = "rljob"
+SHORT_NAMES = ("rlj",)
+
+Accelerator = Literal[ACCELERATORS]  # type: ignore[valid-type]
+Phase = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
+TERMINAL_PHASES: tuple[str, ...] = ("Succeeded", "Failed")
+RESERVED_TPU_PORTS: tuple[int, ...] = (8080, 8431, 8471, 8476)
+
+ShortStr = Annotated[str, Field(min_length=1, max_length=253)]
+PathStr = Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class Model(BaseModel):
+    """Base: unknown fields rejected, docstrings as descriptions.
+
+    Attribute names are the Kubernetes wire names (camelCase) on purpose: the Python rules, the CEL rules
+    and the error paths users see all spell a field the same way.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class ModelSpec(Model):
+    """Which model to train: a Tunix model family and size, and where its weights live."""
+
+    family: Literal["qwen3", "qwen2", "llama3", "gemma3"] = "qwen3"
+    """Model family, one of Tunix's model implementations (tunix.models.<family>)."""
+    size: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")] = "tiny"
+    """Size or config name, e.g. "0.6b", "8b", or "tiny" (a random 2-layer model for CPU demos and tests)."""
+    checkpointPath: PathStr | None = None
+    """Weights to start from (a local path or gs:// URI). Unset: random initialisation (demo sizes only)."""
+    tokenizerPath: PathStr | None = None
+    """Tokenizer to load (a local path, gs:// URI or hub id). Unset: the built-in synthetic task's tokenizer."""
+
+
+class TPUSpec(Model):
+    """The TPU slice shape, as GKE labels its node pools."""
+
+    accelerator: Accelerator
+    """GKE accelerator label value (cloud.google.com/gke-tpu-accelerator)."""
+    topology: Annotated[str, Field(min_length=3, max_length=16, pattern=r"^[0-9]+(x[0-9]+){1,2}$")]
+    """Slice topology (cloud.google.com/gke-tpu-topology), e.g. 2x4 (v5e/v6e) or 2x2x2 (v4/v5p/v7x)."""
+    chipsPerHost: Literal[1, 4, 8] | None = None
+    """Chips per host, only needed where the labels are ambiguous: v5e/v6e 2x4 is 2 hosts x 4 chips
+    (default) or, with 8, one ct5lp/ct6e *-8t host."""
+    slices: Annotated[int, Field(ge=1, le=256)] = 1
+    """Number of slices (multislice over DCN). More than 1 needs a multi-host topology."""
+
+
+class PackingSpec(Model):
+    """Sequence packing: completions packed into fixed-token rows with segment ids."""
+
+    maxSeqTokenPerTpu: Annotated[int, Field(ge=0, le=1_048_576)] = 0
+    """Tokens per packed row. 0 = unpacked (the default). When set, it must hold a whole
+    prompt+completion, i.e. be >= maxTargetLength."""
+
+
+class RolloutSpec(Model):
+    """How completions are sampled."""
+
+    engine: Literal["vanilla", "vllm"] = "vanilla"
+    """Rollout engine: vanilla (Tunix's JAX sampler, any backend) or vllm (vLLM on TPU)."""
+    vllmBlockSize: Literal[8, 16, 32, 64, 128, 256, 512, 1024] | None = None
+    """vLLM KV-cache block size (a power of 2, 8..1024). Unset: the backend picks. When set it is pinned,
+    so unrelated engine changes cannot move it. Only for engine vllm."""
+    hbmUtilization: Annotated[float, Field(gt=0, le=1)] = 0.4
+    """Fraction of accelerator memory vLLM may use for weights and KV cache."""
+    temperature: Annotated[float, Field(gt=0, le=10)] = 0.9
+    """Sampling temperature for rollouts."""
+
+
+class GRPOSpec(Model):
+    """GRPO settings, with Tunix's meanings."""
+
+    numGenerations: Annotated[int, Field(ge=2, le=1024)] = 4
+    """Completions sampled per prompt (the group size G)."""
+    beta: Annotated[float, Field(ge=0, le=10)] = 0.04
+    """KL penalty coefficient. 0 skips the reference model."""
+    epsilon: Annotated[float, Field(gt=0, le=10)] = 0.2
+    """PPO-style clipping range."""
+    learningRate: Annotated[float, Field(gt=0, le=1)] = 3e-6
+    """Optimizer (AdamW) learning rate."""
+    batchSize: Annotated[int, Field(ge=1, le=1_000_000)] = 8
+    """Prompts per global step."""
+    miniBatchSize: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Prompts per optimizer update. Unset: batchSize (one update per step). Must divide batchSize."""
+    microBatchSize: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Prompts per forward/backward pass (gradient accumulation). Unset: miniBatchSize. Must divide it."""
+    numIterations: Annotated[int, Field(ge=1, le=64)] = 1
+    """GRPO iterations (mu): passes over each batch of rollouts."""
+    maxSteps: Annotated[int, Field(ge=1, le=100_000_000)] = 100
+    """Global steps to train."""
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
+    """Seed for initialisation, data order and sampling."""
+
+
+class CheckpointSpec(Model):
+    """Orbax checkpoints: where and how often. A restarted trainer resumes from the newest one."""
+
+    directory: PathStr | None = None
+    """Checkpoint directory (local path or gs:// URI). Unset: no checkpoints."""
+    interval: Annotated[int, Field(ge=1, le=1_000_000)] = 100
+    """Save every this many global steps (and on SIGTERM)."""
+
+
+class MetricsSpec(Model):
+    """Prometheus metrics served by every trainer host."""
+
+    port: Annotated[int, Field(ge=1024, le=65535)] = 9464
+    """Port of the /metrics endpoint on each host (host network: keep off 8080, 8431, 8471, 8476)."""
+    stepTimeBaselineSeconds: Annotated[float, Field(gt=0, le=86400)] | None = None
+    """Expected seconds per global step; the step-time regression alert compares against it."""
+
+
+class RLJobSpec(Model):
+    """What to train and on which TPU slice."""
+
+    image: Annotated[str, Field(min_length=1, max_length=512)]
+    """Trainer container image."""
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    """Model family, size and weights."""
+    tpu: TPUSpec
+    """TPU slice shape."""
+    maxPrefillPredictLength: Annotated[int, Field(ge=1, le=1_048_576)] = 64
+    """Maximum prompt length in tokens (MaxText's max_prefill_predict_length)."""
+    maxTargetLength: Annotated[int, Field(ge=2, le=1_048_576)] = 128
+    """Maximum prompt + completion length in tokens (MaxText's max_target_length)."""
+    packing: PackingSpec = Field(default_factory=PackingSpec)
+    """Sequence packing."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """Rollout engine."""
+    grpo: GRPOSpec = Field(default_factory=GRPOSpec)
+    """GRPO settings."""
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    """Checkpointing."""
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    """Metrics endpoint and step-time baseline."""
+    suspend: bool = False
+    """Suspend the job (its JobSet is suspended; pods are removed). The only field that may change after
+    creation."""
+    queueName: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    """Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name on the JobSet)."""
+    priorityClassName: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """PriorityClass of the trainer pods."""
+    maxRestarts: Annotated[int, Field(ge=0, le=1000)] = 3
+    """Restarts of the whole slice group after a failure. Preemption and maintenance do not count."""
+    ttlSecondsAfterFinished: Annotated[int, Field(ge=0, le=31_536_000)] | None = 43200
+    """Seconds a finished JobSet is kept before it is deleted (the RLJob and its status stay)."""
+    podAnnotations: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=64)] = Field(
+        default_factory=dict
+    )
+    """Annotations added to every trainer pod (e.g. gke-gcsfuse/volumes)."""
+
+
+class Condition(Model):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Annotated[str, Field(max_length=316)]
+    status: Literal["True", "False", "Unknown"]
+    reason: Annotated[str, Field(max_length=1024)] = ""
+    message: Annotated[str, Field(max_length=32768)] = ""
+    lastTransitionTime: datetime | None = None
+    observedGeneration: int | None = None
+
+
+class RLJobStatus(Model):
+    """Observed state, mirrored from the RLJob's JobSet by the operator."""
+
+    model_config = ConfigDict(extra="ignore")
+    phase: Phase | None = None
+    """Pending, Running, Restarting, Suspended, Succeeded or Failed. Succeeded and Failed are final."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Standard conditions: Created, Running, Suspended, Restarting, Succeeded, Failed."""
+    jobSetName: str | None = None
+    """Name of the JobSet that runs this RLJob."""
+    restarts: int = 0
+    """Restarts of the JobSet so far."""
+    observedGeneration: int | None = None
+    """The RLJob generation this status describes."""
+    startTime: datetime | None = None
+    """When the JobSet was created."""
+    completionTime: datetime | None = None
+    """When the job reached Succeeded or Failed."""
+
+
+class ObjectMeta(BaseModel):
+    """The part of metav1.ObjectMeta rljob reads; everything else is kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    namespace: str | None = None
+
+
+class RLJob(Model):
+    """An RL post-training job (GRPO with Tunix) on a GKE TPU slice."""
+
+    model_config = ConfigDict(extra="forbid")
+    apiVersion: Literal["rljob.dev/v1alpha1"] = API_VERSION
+    kind: Literal["RLJob"] = KIND
+    metadata: ObjectMeta
+    spec: RLJobSpec
+    status: RLJobStatus | None = None
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> RLJob:
+        """Run every cross-field rule (the same ones the CRD carries as CEL) and report all failures."""
+        from rljob.api.rules import violations
+
+        failures = violations(self)
+        if failures:
+            raise ValueError("\n".join(failures))
+        return self
