@@ -63,7 +63,10 @@ def load_rljobs(path: str | Path) -> list[RLJob]:
         raise RLJobError([f"<yaml>: {exc}"], str(path)) from None
     if not docs:
         raise RLJobError(["<root>: no YAML document found"], str(path))
-    return [parse_rljob(d, f"{path} (document {i + 1})" if len(docs) > 1 else str(path)) for i, d in enumerate(docs)]
+    return [
+        parse_rljob(d, f"{path} (document {i + 1})" if len(docs) > 1 else str(path))
+        for i, d in enumerate(docs)
+    ]
 
 
 def load_rljob(path: str | Path) -> RLJob:

@@ -62,7 +62,14 @@ def _topology_rule(gen: tpu.Generation) -> Rule:
 
 _EIGHT_CHIP = tuple(g.accelerator for g in tpu.GENERATIONS if g.eight_chip_host)
 _SINGLE_HOST = tuple(
-    sorted({t for g in tpu.GENERATIONS for t in g.topologies if t not in tpu.multi_host_topologies(g.accelerator)})
+    sorted(
+        {
+            t
+            for g in tpu.GENERATIONS
+            for t in g.topologies
+            if t not in tpu.multi_host_topologies(g.accelerator)
+        }
+    )
 )
 
 

@@ -165,10 +165,10 @@ class RLJobSpec(Model):
     """PriorityClass of the trainer pods."""
     maxRestarts: Annotated[int, Field(ge=0, le=1000)] = 3
     """Restarts of the whole slice group after a failure. Preemption and maintenance do not count."""
-    ttlSecondsAfterFinished: Annotated[int, Field(ge=0, le=31_536_000)] | None = 43200
+    ttlSecondsAfterFinished: Annotated[int, Field(ge=0, le=31_536_000)] = 43200
     """Seconds a finished JobSet is kept before it is deleted (the RLJob and its status stay)."""
-    podAnnotations: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=64)] = Field(
-        default_factory=dict
+    podAnnotations: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=64)] = (
+        Field(default_factory=dict)
     )
     """Annotations added to every trainer pod (e.g. gke-gcsfuse/volumes)."""
 

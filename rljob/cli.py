@@ -1,0 +1,119 @@
+"""The ``rljob`` command: validate, generate, render, train and operate.
+
+Subcommands import their side lazily so ``rljob validate`` never loads JAX and the operator never
+loads the trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from rljob.api import RLJobError, load_rljobs
+
+
+def _validate(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.filename:
+        try:
+            jobs = load_rljobs(path)
+        except (RLJobError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        for job in jobs:
+            print(f"{path}: RLJob {job.metadata.name} is valid")
+    return status
+
+
+def _crd(args: argparse.Namespace) -> int:
+    from rljob.api.crd import CRD_FILENAME, crd_yaml
+    from rljob.api.docs import api_markdown
+
+    text = crd_yaml()
+    if not args.output_dir:
+        sys.stdout.write(text)
+        return 0
+    for folder in args.output_dir:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / CRD_FILENAME).write_text(text)
+        print(f"wrote {Path(folder) / CRD_FILENAME}")
+    if args.docs:
+        Path(args.docs).write_text(api_markdown())
+        print(f"wrote {args.docs}")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from rljob_operator.render import render_objects
+
+    try:
+        jobs = load_rljobs(args.filename)
+    except (RLJobError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    objects = [obj for job in jobs for obj in render_objects(job)]
+    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=110))
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from rljob_trainer.main import main as trainer_main
+
+    return trainer_main(["--config", args.filename, *args.rest])
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from rljob_operator.main import main as operator_main
+
+    return operator_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rljob", description="RL post-training (packed GRPO) on GKE TPUs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check RLJob manifests; exit 1 listing every error")
+    p.add_argument("-f", "--filename", action="append", required=True, help="RLJob YAML (repeatable)")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("crd", help="print the CRD generated from the model, or write it to folders")
+    p.add_argument(
+        "-o", "--output-dir", action="append", help="write <group>_<plural>.yaml here (repeatable)"
+    )
+    p.add_argument("--docs", help="also write the field reference (Markdown) to this file")
+    p.set_defaults(func=_crd)
+
+    p = sub.add_parser("render", help="print the ConfigMap and JobSet the operator would create (dry run)")
+    p.add_argument("-f", "--filename", required=True)
+    p.set_defaults(func=_render)
+
+    p = sub.add_parser(
+        "train",
+        help="run the trainer locally on an RLJob (CPU works)",
+        description="Extra arguments go to the trainer (see `rljob train -f X -- --help`).",
+    )
+    p.add_argument("-f", "--filename", required=True)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser(
+        "operator", help="run the operator (arguments go to it; try `rljob operator --help`)", add_help=False
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_operator)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "rest", None) and args.rest[0] == "--":
+        args.rest = args.rest[1:]
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
