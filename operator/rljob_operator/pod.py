@@ -1,0 +1,62 @@
+"""The trainer pod template: one pod per TPU host.
+
+GKE TPU rules it follows (``shared/reference/gke-tpu-jobset.md``): TPU node selector and toleration,
+``google.com/tpu`` requests = limits = chips per host, host network with ``ClusterFirstWithHostNet``, and
+``restartPolicy: Never`` (JobSet would default it to OnFailure, which hides failures from the pod failure
+policy). Scheduling fields Kueue may rewrite while the JobSet is suspended live here too, which is why the
+operator creates the JobSet once and never re-applies it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rljob.api.spec import RLJob
+from rljob_operator import names
+from rljob_operator.env import trainer_env
+from rljob_operator.slices import SliceShape
+
+
+def pod_labels(job: RLJob) -> dict[str, str]:
+    """Labels of every trainer pod: the PodMonitor selects ``rljob.dev/role=trainer``."""
+    return {names.LABEL_NAME: job.metadata.name, names.LABEL_ROLE: names.ROLE_TRAINER}
+
+
+def trainer_container(job: RLJob, shape: SliceShape) -> dict[str, Any]:
+    """The single trainer container."""
+    chips = str(shape.chips_per_host)
+    return {
+        "name": names.CONTAINER,
+        "image": job.spec.image,
+        "command": list(names.TRAINER_COMMAND),
+        "env": trainer_env(job, shape),
+        "ports": [
+            {"name": names.METRICS_PORT_NAME, "containerPort": job.spec.metrics.port, "protocol": "TCP"}
+        ],
+        "resources": {"requests": {names.TPU_RESOURCE: chips}, "limits": {names.TPU_RESOURCE: chips}},
+        "volumeMounts": [{"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_DIR, "readOnly": True}],
+    }
+
+
+def pod_template(job: RLJob, shape: SliceShape) -> dict[str, Any]:
+    """The Job's pod template."""
+    metadata: dict[str, Any] = {"labels": pod_labels(job)}
+    if job.spec.podAnnotations:
+        metadata["annotations"] = dict(sorted(job.spec.podAnnotations.items()))
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "nodeSelector": shape.node_selector(),
+        "tolerations": [{"key": names.TPU_RESOURCE, "operator": "Exists"}],
+        "containers": [trainer_container(job, shape)],
+        "volumes": [
+            {
+                "name": names.CONFIG_VOLUME,
+                "configMap": {"name": names.config_map_name(job.metadata.name)},
+            }
+        ],
+    }
+    if job.spec.priorityClassName:
+        spec["priorityClassName"] = job.spec.priorityClassName
+    return {"metadata": metadata, "spec": spec}

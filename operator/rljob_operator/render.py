@@ -1,0 +1,48 @@
+"""Public entry of the renderer: an RLJob in, the objects the operator creates for it out.
+
+Pure and deterministic (same RLJob, same dicts, byte for byte once dumped): ``rljob render`` prints it as a
+dry run users can diff, the golden tests pin it, and the handlers create exactly these objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from rljob.api.spec import RLJob
+from rljob_operator.config import config_map
+from rljob_operator.jobset import jobset, owned_labels
+from rljob_operator.slices import slice_shape
+
+
+def render_config_map(job: RLJob) -> dict[str, Any]:
+    """The trainer-config ConfigMap."""
+    return config_map(job, owned_labels(job))
+
+
+def render_jobset(job: RLJob) -> dict[str, Any]:
+    """The JobSet."""
+    return jobset(job, slice_shape(job.spec.tpu))
+
+
+def render_objects(job: RLJob) -> list[dict[str, Any]]:
+    """ConfigMap then JobSet (creation order: the pods mount the ConfigMap)."""
+    return [render_config_map(job), render_jobset(job)]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the embedded ``rljob.yaml``) as ``|`` blocks, so a diff shows the changed line."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_yaml(objects: list[dict[str, Any]]) -> str:
+    """Objects as a YAML stream in their own key order (what ``rljob render`` prints)."""
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,49 @@
+"""The slice shape of an RLJob: what one slice's Job and each of its pods must ask for.
+
+Only a view over ``rljob.api.tpu`` (the one TPU table); nothing here re-derives chip counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rljob.api import tpu
+from rljob.api.spec import TPUSpec
+from rljob_operator import names
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """One TPU slice: ``hosts`` pods, each on its own node with ``chips_per_host`` chips."""
+
+    accelerator: str
+    topology: str
+    chips_per_host: int
+    hosts: int
+    slices: int
+    machine_type: str
+    ambiguous: bool
+    """The accelerator and topology labels match more than one machine type (v5e/v6e 2x4: one 8-chip
+    host or two 4-chip hosts), so the node selector must also name the machine type."""
+
+    def node_selector(self) -> dict[str, str]:
+        """Labels GKE puts on the slice's nodes; the machine type only where the TPU labels are ambiguous,
+        so that a plain selector keeps working on node pools whose instance-type label differs."""
+        selector = {names.ACCELERATOR_LABEL: self.accelerator, names.TOPOLOGY_LABEL: self.topology}
+        if self.ambiguous:
+            selector[names.INSTANCE_TYPE_LABEL] = self.machine_type
+        return selector
+
+
+def slice_shape(spec: TPUSpec) -> SliceShape:
+    """The shape of the RLJob's slices, from the TPU table."""
+    acc, topo, override = spec.accelerator, spec.topology, spec.chipsPerHost
+    return SliceShape(
+        accelerator=acc,
+        topology=topo,
+        chips_per_host=tpu.chips_per_host(acc, topo, override),
+        hosts=tpu.hosts_per_slice(acc, topo, override),
+        slices=spec.slices,
+        machine_type=tpu.machine_type(acc, topo, override),
+        ambiguous=len(tpu.allowed_chips_per_host(acc, topo)) > 1,
+    )
