@@ -1,0 +1,152 @@
+"""Trainer entry point: ``python -m rljob_trainer --config /etc/rljob/rljob.yaml`` (and ``rljob train -f``).
+
+The config IS the RLJob manifest the operator mounts into the pod. Exit codes are part of the contract
+with the JobSet's failure policy:
+
+* 0: trained to the end.
+* 2: bad config (invalid RLJob, unknown model family/size, missing checkpoint, row too short, engine not
+  usable here). Not retryable: every line on stderr names the field (``spec.model.checkpointPath: ...``).
+* 1: anything else (a crash, a preempted host, ...). Retryable.
+
+All configuration checks run before JAX or Tunix is imported, so a bad config fails in about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from rljob.api import RLJobError, load_rljob
+from rljob.api.spec import RLJob
+from rljob_trainer import models, rollout
+from rljob_trainer.progress import ConsoleProgress, StepCallback, StepRecorder, summary
+from rljob_trainer.task import EmitTask
+
+EXIT_OK = 0
+EXIT_RETRYABLE = 1
+EXIT_BAD_CONFIG = 2
+DEFAULT_CONFIG = "/etc/rljob/rljob.yaml"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="rljob_trainer", description="GRPO post-training from an RLJob manifest.")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"RLJob YAML (default {DEFAULT_CONFIG})")
+    p.add_argument("--max-steps", type=int, help="override spec.grpo.maxSteps")
+    p.add_argument("--seed", type=int, help="override spec.grpo.seed")
+    p.add_argument("--no-packing", action="store_true", help="override spec.packing.maxSeqTokenPerTpu to 0")
+    p.add_argument("--metrics-port", type=int, help="override spec.metrics.port")
+    p.add_argument("--workdir", help="local directory for run outputs (checkpoints when spec.checkpoint "
+                   "has no directory); default: none")
+    p.add_argument("--log-every", type=int, default=1, help="print progress every N steps (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    return p.parse_args(argv)
+
+
+def apply_overrides(job: RLJob, args: argparse.Namespace, source: str) -> RLJob:
+    """Command-line overrides, re-validated through the API model so they obey the same rules."""
+    manifest = job.model_dump(mode="json", exclude_none=True)
+    spec = manifest["spec"]
+    if args.max_steps is not None:
+        spec.setdefault("grpo", {})["maxSteps"] = args.max_steps
+    if args.seed is not None:
+        spec.setdefault("grpo", {})["seed"] = args.seed
+    if args.no_packing:
+        spec.setdefault("packing", {})["maxSeqTokenPerTpu"] = 0
+    if args.metrics_port is not None:
+        spec.setdefault("metrics", {})["port"] = args.metrics_port
+    if args.workdir and not spec.get("checkpoint", {}).get("directory"):
+        spec.setdefault("checkpoint", {})["directory"] = str(Path(args.workdir) / "checkpoints")
+    from rljob.api import parse_rljob
+
+    return parse_rljob(manifest, f"{source} (with command-line overrides)")
+
+
+def preflight(job: RLJob, task: EmitTask) -> list[str]:
+    """Every startup problem no retry can fix, as ``path: message`` lines. Pure Python (no JAX)."""
+    spec = job.spec
+    errors = models.check_model_spec(spec.model)
+    errors += rollout.check_rollout_spec(spec)
+    row = spec.packing.maxSeqTokenPerTpu
+    if row and row < spec.maxTargetLength:  # also an API rule; re-checked because a packed row must hold
+        errors.append(  # any prompt+completion, and one that does not fit would otherwise be dropped
+            f"spec.packing.maxSeqTokenPerTpu: {row} is shorter than spec.maxTargetLength "
+            f"({spec.maxTargetLength}); a whole prompt+completion must fit one packed row")
+    if models.is_tiny(spec.model) and task.max_prompt_tokens() > spec.maxPrefillPredictLength:
+        errors.append(
+            f"spec.maxPrefillPredictLength: {spec.maxPrefillPredictLength} cannot hold the task's longest "
+            f"prompt ({task.max_prompt_tokens()} tokens with BOS)")
+    return errors
+
+
+def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> StepRecorder:
+    """Build the Tunix trainer for ``job`` and run it; returns the recorder with every StepReport.
+
+    Raises RLJobError for config problems found while building (e.g. the engine needs another backend).
+    """
+    import jax
+
+    from rljob_trainer import tunix_bridge
+
+    spec = job.spec
+    backend_errors = rollout.check_backend(spec, jax.default_backend())
+    if backend_errors:
+        raise RLJobError(backend_errors, job.metadata.name)
+    task = EmitTask(seed=spec.grpo.seed, batch_size=spec.grpo.batchSize)
+    recorder = StepRecorder(max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0,
+                            callbacks=callbacks)
+    run = tunix_bridge.build(spec, task.reward_fns(), recorder)
+    run.train(task.batches(0, spec.grpo.maxSteps))
+    return recorder
+
+
+def _configure_logging() -> None:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # Tunix's progress bar; ours is ConsoleProgress
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.WARNING)
+    except ImportError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        job = load_rljob(args.config)
+        job = apply_overrides(job, args, args.config)
+        errors = preflight(job, EmitTask(seed=job.spec.grpo.seed, batch_size=job.spec.grpo.batchSize))
+        if errors:
+            raise RLJobError(errors, args.config)
+    except FileNotFoundError:
+        print(f"--config: {args.config}: no such file", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    except RLJobError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_BAD_CONFIG
+
+    _configure_logging()
+    spec = job.spec
+    print(f"rljob trainer: {job.metadata.name}: {spec.model.family}/{spec.model.size}, rollout "
+          f"{spec.rollout.engine}, packing {spec.packing.maxSeqTokenPerTpu or 'off'}, "
+          f"{spec.grpo.maxSteps} steps of {spec.grpo.batchSize}x{spec.grpo.numGenerations}", flush=True)
+    callbacks: list[StepCallback] = [] if args.quiet else [ConsoleProgress(every=args.log_every)]
+    started = time.perf_counter()
+    try:
+        recorder = train(job, callbacks)
+    except RLJobError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_RETRYABLE
+    except Exception:
+        traceback.print_exc()
+        return EXIT_RETRYABLE
+    print(f"done: {summary(recorder.reports)}; wall {time.perf_counter() - started:.1f}s", flush=True)
+    return EXIT_OK

@@ -1,0 +1,197 @@
+"""Per-step reports, the callback hook that receives them, and the console progress line.
+
+The trainer emits one ``StepReport`` per global step (after the step's weight sync, before the next
+step's rollout, so the model and optimizer state are consistent at that moment). Anything that wants to
+observe or act per step is a ``StepCallback``: the console printer here, and later Prometheus metrics
+and Orbax checkpointing (issue 6). A callback may call ``StepRecorder.request_stop()`` (e.g. after a
+SIGTERM checkpoint) to end training cleanly before the next step.
+
+No JAX or Tunix imports: this module is plain bookkeeping.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import numpy as np
+
+PHASES = ("rollout", "reference", "old_logps", "train", "weight_sync")
+"""Phases timed inside a step. ``train`` is the actor update (forward, backward, optimizer)."""
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What happened in one global step: everything a metrics exporter or a checkpointer needs."""
+
+    step: int
+    """1-based global step just completed (also the number of batches consumed: the data position)."""
+    max_steps: int
+    seconds: float
+    """Wall time of the step, weight sync included."""
+    phase_seconds: dict[str, float]
+    """Seconds per phase (keys from PHASES that ran this step)."""
+    rewards: np.ndarray
+    """Every completion's reward this step (batch x numGenerations)."""
+    real_tokens: int
+    """Prompt + completion tokens the actor trained on (padding excluded)."""
+    slot_tokens: int
+    """Token slots the actor computed over: rows x row length (padded or packed)."""
+    packed: bool
+    rollout_seeds: tuple[int, ...] = ()
+    """Sampler seeds used this step; derived from (spec seed, step), recorded for audits of exact resume."""
+
+    @property
+    def reward_mean(self) -> float:
+        return float(np.mean(self.rewards)) if self.rewards.size else float("nan")
+
+    @property
+    def padding_tokens(self) -> int:
+        return self.slot_tokens - self.real_tokens
+
+    @property
+    def utilization(self) -> float:
+        """Fraction of computed token slots that held real tokens (packing utilization when packed)."""
+        return self.real_tokens / self.slot_tokens if self.slot_tokens else 0.0
+
+
+StepCallback = Callable[[StepReport], None]
+
+
+@dataclass
+class _Accumulator:
+    """The running step's numbers, filled from the rollout thread and the training thread."""
+
+    step: int
+    started: float
+    phases: dict[str, float] = field(default_factory=dict)
+    rewards: list[np.ndarray] = field(default_factory=list)
+    real_tokens: int = 0
+    slot_tokens: int = 0
+    seeds: list[int] = field(default_factory=list)
+
+
+class StepRecorder:
+    """Collects one step's phases, rewards and token counts and hands a StepReport to every callback.
+
+    Thread-safe: Tunix runs rollout in a worker thread and the actor update in the main thread.
+    """
+
+    def __init__(self, max_steps: int, packed: bool, callbacks: list[StepCallback] | None = None) -> None:
+        self.max_steps = max_steps
+        self.packed = packed
+        self.callbacks: list[StepCallback] = list(callbacks or [])
+        self.reports: list[StepReport] = []
+        self._lock = threading.Lock()
+        self._current: _Accumulator | None = None
+        self._stop = False
+
+    def request_stop(self) -> None:
+        """Ask the trainer to stop before the next step (the current one completes and is reported)."""
+        self._stop = True
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop
+
+    def begin(self, step: int) -> None:
+        with self._lock:
+            self._current = _Accumulator(step=step, started=time.perf_counter())
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of the current step (nested calls of the same phase add up)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._current is not None:
+                    cur = self._current.phases
+                    cur[name] = cur.get(name, 0.0) + time.perf_counter() - start
+
+    def add_rewards(self, rewards: np.ndarray) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current.rewards.append(np.asarray(rewards, dtype=np.float64).reshape(-1))
+
+    def add_tokens(self, real: int, slots: int) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current.real_tokens += int(real)
+                self._current.slot_tokens += int(slots)
+
+    def set_tokens(self, real: int, slots: int) -> None:
+        """Replace the step's token counts (a packed learner knows its rows better than the rollout does)."""
+        with self._lock:
+            if self._current is not None:
+                self._current.real_tokens, self._current.slot_tokens = int(real), int(slots)
+
+    def add_seed(self, seed: int) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current.seeds.append(int(seed))
+
+    @property
+    def current_step(self) -> int | None:
+        return None if self._current is None else self._current.step
+
+    def finish(self) -> StepReport | None:
+        """Close the running step, if any, and run every callback on its report."""
+        with self._lock:
+            cur, self._current = self._current, None
+        if cur is None:
+            return None
+        report = StepReport(
+            step=cur.step,
+            max_steps=self.max_steps,
+            seconds=time.perf_counter() - cur.started,
+            phase_seconds=dict(cur.phases),
+            rewards=np.concatenate(cur.rewards) if cur.rewards else np.zeros(0),
+            real_tokens=cur.real_tokens,
+            slot_tokens=cur.slot_tokens,
+            packed=self.packed,
+            rollout_seeds=tuple(cur.seeds),
+        )
+        self.reports.append(report)
+        for callback in self.callbacks:
+            callback(report)
+        return report
+
+
+class ConsoleProgress:
+    """One line per step for people: step, reward mean, step time, and token utilization."""
+
+    def __init__(self, stream: TextIO | None = None, every: int = 1) -> None:
+        self.stream = stream or sys.stdout
+        self.every = max(1, every)
+
+    def __call__(self, r: StepReport) -> None:
+        if r.step % self.every and r.step != r.max_steps:
+            return
+        phases = " ".join(f"{k}={v:.2f}s" for k, v in r.phase_seconds.items())
+        label = "packing" if r.packed else "padding"
+        print(
+            f"step {r.step:>4}/{r.max_steps}  reward {r.reward_mean:.3f}  {r.seconds:6.2f}s/step  "
+            f"{label} util {r.utilization:6.1%}  ({phases})",
+            file=self.stream,
+            flush=True,
+        )
+
+
+def summary(reports: list[StepReport]) -> str:
+    """A one-paragraph end-of-run summary (first/last rewards, mean step time)."""
+    if not reports:
+        return "no steps completed"
+    k = max(1, min(5, len(reports) // 4))
+    first = float(np.mean([r.reward_mean for r in reports[:k]]))
+    last = float(np.mean([r.reward_mean for r in reports[-k:]]))
+    steady = reports[1:] or reports
+    secs = float(np.mean([r.seconds for r in steady]))
+    return (f"{len(reports)} steps; reward {first:.3f} (first {k}) -> {last:.3f} (last {k}); "
+            f"{secs:.2f}s/step after the first; total {sum(r.seconds for r in reports):.1f}s")

@@ -1,0 +1,251 @@
+"""RLJob spec -> Tunix: the only module that knows Tunix's config classes and learner internals.
+
+Mapping (see docs/trainer.md for the table):
+  spec.maxPrefillPredictLength        -> RolloutConfig.max_prompt_length (BOS included)
+  maxTargetLength - maxPrefill...     -> RolloutConfig.max_tokens_to_generate; kv_cache_size = maxTargetLength
+  spec.grpo.{numGenerations,beta,epsilon,numIterations} -> GRPOConfig
+  spec.grpo.{batchSize,miniBatchSize,microBatchSize}    -> dataset batch, RLTrainingConfig mini/micro batch
+  spec.grpo.maxSteps                  -> RLTrainingConfig.max_steps in optimizer updates
+                                         (maxSteps x batch/miniBatch x numIterations) and a finite dataset
+  spec.grpo.learningRate              -> optax clip(1.0) + AdamW
+  spec.rollout                        -> ClusterConfig.rollout_engine + RolloutConfig (rollout.py's kwargs)
+  spec.packing.maxSeqTokenPerTpu > 0  -> the packing package's learner (``learner_class``); never Tunix's
+                                         own ``max_seq_token_per_tpu`` (next-fit, drops long sequences,
+                                         one optimizer update per row: see shared/reference/packing.md)
+
+Tunix's learner loop is kept; a thin mixin around it seeds each rollout from (seed, step), times the
+phases and reports each step to the callbacks in ``progress.StepRecorder``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+from tunix.generate import tokenizer_adapter
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.grpo import grpo_learner
+from tunix.rl.rollout import base_rollout
+
+from rljob.api.spec import RLJobSpec
+from rljob_trainer import models, rollout
+from rljob_trainer.progress import StepRecorder
+
+log = logging.getLogger(__name__)
+Mode = rl_cluster_lib.Mode
+Role = rl_cluster_lib.Role
+
+
+@dataclass(frozen=True)
+class Lengths:
+    prompt: int  # max prompt tokens, BOS included
+    completion: int  # max generated tokens
+    total: int  # prompt + completion = one unpacked row
+
+
+def lengths(spec: RLJobSpec) -> Lengths:
+    return Lengths(prompt=spec.maxPrefillPredictLength,
+                   completion=spec.maxTargetLength - spec.maxPrefillPredictLength,
+                   total=spec.maxTargetLength)
+
+
+def updates_per_step(spec: RLJobSpec) -> int:
+    """Optimizer updates per global step: one per mini-batch, per GRPO iteration."""
+    g = spec.grpo
+    return (g.batchSize // (g.miniBatchSize or g.batchSize)) * g.numIterations
+
+
+def make_mesh() -> jax.sharding.Mesh:
+    """All devices on the fsdp axis. A plain Mesh: jax 0.10's make_mesh gives Explicit axes that break
+    Tunix's embedder."""
+    devices = np.array(jax.devices()).reshape(-1, 1)
+    return jax.sharding.Mesh(devices, ("fsdp", "tp"))
+
+
+def optimizer(spec: RLJobSpec) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(learning_rate=spec.grpo.learningRate, b1=0.9, b2=0.99, weight_decay=0.1),
+    )
+
+
+def rollout_config(spec: RLJobSpec, tokenizer: Any) -> base_rollout.RolloutConfig:
+    """Sampling settings. The pad id joins the EOS ids: a sampled pad would otherwise punch a hole in the
+    completion mask. The seed is set per generate call (see ``_Instrumented``)."""
+    n = lengths(spec)
+    adapter = tokenizer_adapter.TokenizerAdapter(tokenizer)
+    pad, eos = int(adapter.pad_id()), int(adapter.eos_id())
+    fields: dict[str, Any] = dict(
+        max_tokens_to_generate=n.completion,
+        max_prompt_length=n.prompt,
+        kv_cache_size=n.total,
+        temperature=spec.rollout.temperature,
+        top_p=1.0,
+        top_k=None,
+        eos_tokens=sorted({eos, pad}),
+    )
+    if spec.rollout.engine == rollout.VLLM:
+        kwargs = rollout.vllm_engine_kwargs(spec)
+        # Tunix overwrites EngineArgs.gpu_memory_utilization with rollout_vllm_hbm_utilization, so the
+        # memory fraction must travel in that field, not in the raw kwargs.
+        fields.update(
+            rollout_vllm_hbm_utilization=kwargs.pop("gpu_memory_utilization"),
+            rollout_vllm_kwargs=kwargs,
+            rollout_vllm_model_version=models.vllm_model_path(spec.model),
+            rollout_vllm_init_with_random_weights=True,  # weights come from the trainer's sync
+            rollout_vllm_tpu_backend_type="jax",
+        )
+    return base_rollout.RolloutConfig(**fields)
+
+
+def training_config(spec: RLJobSpec) -> rl_cluster_lib.RLTrainingConfig:
+    g = spec.grpo
+    mini = g.miniBatchSize or g.batchSize
+    return rl_cluster_lib.RLTrainingConfig(
+        actor_optimizer=optimizer(spec),
+        eval_every_n_steps=1_000_000_000,  # no eval set
+        max_steps=g.maxSteps * updates_per_step(spec),
+        mini_batch_size=mini,
+        train_micro_batch_size=g.microBatchSize or mini,
+        max_seq_token_per_tpu=None,  # packing is the packing package's job, never Tunix's pack_sequences
+        checkpoint_root_directory=None,  # issue 6: Orbax checkpoints via a StepCallback
+        pbar_description=None,
+    )
+
+
+def cluster_config(spec: RLJobSpec, mesh: jax.sharding.Mesh, tokenizer: Any) -> rl_cluster_lib.ClusterConfig:
+    """Colocated: actor, reference and rollout share one mesh (and, for vanilla, one set of weights)."""
+    return rl_cluster_lib.ClusterConfig(
+        role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
+        rollout_engine=rollout.engine_name(spec),
+        offload_to_cpu=False,
+        training_config=training_config(spec),
+        rollout_config=rollout_config(spec, tokenizer),
+    )
+
+
+def grpo_config(spec: RLJobSpec) -> grpo_learner.GRPOConfig:
+    g = spec.grpo
+    return grpo_learner.GRPOConfig(num_generations=g.numGenerations, num_iterations=g.numIterations,
+                                   beta=g.beta, epsilon=g.epsilon)
+
+
+def learner_class(spec: RLJobSpec) -> tuple[type, dict[str, Any]]:
+    """THE place that picks the learner: plain Tunix GRPO, or the packing package's packed learner.
+
+    Returns the class and the extra constructor kwargs it needs. Packing only changes speed, never the
+    updates, so while the packing package is missing a packed spec runs unpacked (with a warning).
+    """
+    if spec.packing.maxSeqTokenPerTpu > 0:
+        try:
+            from rljob_trainer import packing
+        except ImportError:
+            packing = None
+        packed = getattr(packing, "PackedGRPOLearner", None)
+        if packed is not None:
+            return packed, {"row_tokens": spec.packing.maxSeqTokenPerTpu}
+        log.warning("rljob_trainer.packing is not available in this build: training unpacked "
+                    "(same updates, no packing speed-up)")
+    return grpo_learner.GRPOLearner, {}
+
+
+class _Instrumented:
+    """Mixin over a GRPO learner class: explicit rollout seeds, phase timing and per-step reports.
+
+    Why a mixin and not a fork: the learner loop (mini-batches, micro-batches, iterations, weight sync)
+    stays Tunix's; only these hooks are ours, so the packed learner gets them too.
+    """
+
+    recorder: StepRecorder
+    base_seed: int
+    _rollout_calls: int
+    _step: int
+
+    def _setup_instrumentation(self, recorder: StepRecorder, base_seed: int, start_step: int) -> None:
+        self.recorder, self.base_seed, self._step, self._rollout_calls = recorder, base_seed, start_step, 0
+        cluster = self.rl_cluster  # type: ignore[attr-defined]
+        for method, phase in (("generate", "rollout"), ("get_ref_per_token_logps", "reference"),
+                              ("get_old_per_token_logps", "old_logps"), ("update_actor", "train"),
+                              ("sync_weights", "weight_sync")):
+            setattr(cluster, method, _timed(getattr(cluster, method), recorder, phase))
+
+    def rollout_seed(self, step: int, call: int) -> int:
+        """Seed of the ``call``-th generate call of 1-based ``step``: a pure function of (seed, step, call),
+        so a resumed run samples exactly what the uninterrupted run would have."""
+        return int(np.random.SeedSequence([self.base_seed, step, call]).generate_state(1)[0] & 0x7FFFFFFF)
+
+    def _run_global_step(self, *args: Any, **kwargs: Any) -> None:
+        self.recorder.finish()  # the previous step, now that its weight sync is done
+        if self.recorder.stop_requested:
+            raise StopIteration  # Tunix's train loop ends cleanly on StopIteration
+        self._step += 1
+        self._rollout_calls = 0
+        self.recorder.begin(self._step)
+        super()._run_global_step(*args, **kwargs)  # type: ignore[misc]
+
+    def _generate_and_compute_advantage(self, training_input: Any, mode: Any = Mode.TRAIN) -> Any:
+        if mode == Mode.TRAIN:
+            seed = self.rollout_seed(self._step, self._rollout_calls)
+            self._rollout_calls += 1
+            self.rl_cluster.get_rollout_config(Mode.TRAIN).seed = seed  # type: ignore[attr-defined]
+            self.recorder.add_seed(seed)
+        example = super()._generate_and_compute_advantage(training_input, mode)  # type: ignore[misc]
+        if mode == Mode.TRAIN:
+            rows = int(example.prompt_ids.shape[0])
+            width = int(example.prompt_ids.shape[1] + example.completion_ids.shape[1])
+            real = int(np.asarray(example.prompt_mask).sum() + np.asarray(example.completion_mask).sum())
+            self.recorder.add_tokens(real, rows * width * self._num_iterations())  # type: ignore[attr-defined]
+        return example
+
+    def _compute_rewards(self, prompts: Any, completions: Any, mode: Any, *args: Any, **kwargs: Any) -> Any:
+        rewards = super()._compute_rewards(prompts, completions, mode, *args, **kwargs)  # type: ignore[misc]
+        if mode == Mode.TRAIN:
+            self.recorder.add_rewards(rewards)
+        return rewards
+
+    def train(self, *args: Any, **kwargs: Any) -> None:
+        super().train(*args, **kwargs)  # type: ignore[misc]
+        self.recorder.finish()  # the last step (only reached when training did not raise)
+
+
+def _timed(fn: Any, recorder: StepRecorder, phase: str) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with recorder.phase(phase):
+            return fn(*args, **kwargs)
+
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+@dataclass
+class TunixRun:
+    """A built trainer: the cluster, the learner and the recorder its steps report to."""
+
+    cluster: rl_cluster_lib.RLCluster
+    learner: Any
+    recorder: StepRecorder
+
+    def train(self, batches: Iterable[dict[str, np.ndarray]]) -> None:
+        self.learner.train(batches)
+
+
+def build(spec: RLJobSpec, reward_fns: list, recorder: StepRecorder, start_step: int = 0) -> TunixRun:
+    """Build models, cluster and learner for ``spec``. ``start_step`` is the number of steps already done
+    (a resumed run), so step numbers and rollout seeds continue where they left off."""
+    mesh = make_mesh()
+    tokenizer = models.build_tokenizer(spec.model)
+    actor = models.build_model(spec.model, mesh, seed=spec.grpo.seed)
+    reference = models.build_model(spec.model, mesh, seed=spec.grpo.seed) if spec.grpo.beta > 0 else None
+    cluster = rl_cluster_lib.RLCluster(actor=actor, reference=reference, tokenizer=tokenizer,
+                                       cluster_config=cluster_config(spec, mesh, tokenizer))
+    base, extra = learner_class(spec)
+    recorder.packed = base is not grpo_learner.GRPOLearner
+    learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})
+    learner = learner_cls(rl_cluster=cluster, algo_config=grpo_config(spec), reward_fns=reward_fns, **extra)
+    learner._setup_instrumentation(recorder, spec.grpo.seed, start_step)
+    return TunixRun(cluster=cluster, learner=learner, recorder=recorder)
