@@ -101,8 +101,8 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = _clean_text(value)
         else:
             out[key] = value
-    if out.get("type") == "object" and "properties" in out and "default" not in out and "required" not in out:
-        out["default"] = {}  # so the apiserver creates the object and fills its fields' defaults
+    if out.get("type") == "object" and "default" not in out and "required" not in out:
+        out["default"] = {}  # so the apiserver creates the object (and fills its fields' defaults)
     return {k: out[k] for k in sorted(out, key=lambda k: (_ORDER.get(k, len(_ORDER)), k))}
 
 

@@ -74,11 +74,17 @@ _SINGLE_HOST = tuple(
 
 
 def _chips_per_host_ok(t: Any) -> bool:
-    return t.chipsPerHost is None or t.chipsPerHost in tpu.allowed_chips_per_host(t.accelerator, t.topology)
+    # Stated like the CEL; on valid topologies it equals tpu.allowed_chips_per_host (tests/api/test_tpu.py).
+    return (
+        t.chipsPerHost is None
+        or t.chipsPerHost == (1 if t.topology == "1x1" else 4)
+        or (t.chipsPerHost == 8 and t.topology == "2x4" and t.accelerator in _EIGHT_CHIP)
+    )
 
 
 def _multislice_ok(t: Any) -> bool:
-    return t.slices == 1 or tpu.hosts_per_slice(t.accelerator, t.topology, t.chipsPerHost) > 1
+    # Stated like the CEL (which cannot multiply topology dimensions); equal to "hosts > 1" on valid slices.
+    return t.slices == 1 or (t.topology not in _SINGLE_HOST and t.chipsPerHost != 8)
 
 
 def _micro_divides(g: Any) -> bool:

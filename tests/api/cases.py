@@ -1,0 +1,153 @@
+"""Shared RLJob test cases: a valid base manifest and, for every rule, a passing and a failing edit."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+BASE: dict[str, Any] = {
+    "apiVersion": "rljob.dev/v1alpha1",
+    "kind": "RLJob",
+    "metadata": {"name": "grpo-demo"},
+    "spec": {
+        "image": "ghcr.io/example/rljob-trainer:0.1.0",
+        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4"},
+        "maxPrefillPredictLength": 64,
+        "maxTargetLength": 256,
+    },
+}
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``patch`` into a copy of ``base``; a value of ``DELETE`` removes the key."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is DELETE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+DELETE = object()
+
+
+def manifest(spec: dict[str, Any] | None = None, **metadata: Any) -> dict[str, Any]:
+    """BASE with a spec patch and metadata overrides."""
+    return merge(BASE, {"spec": spec or {}, "metadata": metadata})
+
+
+# (id, manifest, the field path the error must name, or None when the manifest is valid)
+RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
+    ("base is valid", manifest(), None),
+    ("name at limit", manifest(name="a" * 40), None),
+    ("name too long", manifest(name="a" * 41), "metadata.name"),
+    ("name not a DNS label", manifest(name="Grpo.demo"), "metadata.name"),
+    ("name starts with digit", manifest(name="1grpo"), "metadata.name"),
+    ("prompt shorter than target", manifest({"maxPrefillPredictLength": 255}), None),
+    ("prompt equals target", manifest({"maxPrefillPredictLength": 256}), "spec.maxPrefillPredictLength"),
+    ("unpacked", manifest({"packing": {"maxSeqTokenPerTpu": 0}}), None),
+    ("row holds a whole sequence", manifest({"packing": {"maxSeqTokenPerTpu": 256}}), None),
+    ("row too short", manifest({"packing": {"maxSeqTokenPerTpu": 255}}), "spec.packing.maxSeqTokenPerTpu"),
+    ("block size with vllm", manifest({"rollout": {"engine": "vllm", "vllmBlockSize": 32}}), None),
+    ("block size with vanilla", manifest({"rollout": {"vllmBlockSize": 32}}), "spec.rollout.vllmBlockSize"),
+    (
+        "block size not a power of 2",
+        manifest({"rollout": {"engine": "vllm", "vllmBlockSize": 48}}),
+        "spec.rollout.vllmBlockSize",
+    ),
+    (
+        "block size too small",
+        manifest({"rollout": {"engine": "vllm", "vllmBlockSize": 4}}),
+        "spec.rollout.vllmBlockSize",
+    ),
+    ("v5e 2D topology", manifest({"tpu": {"topology": "4x8"}}), None),
+    ("v5e 3D topology", manifest({"tpu": {"topology": "2x2x2"}}), "spec.tpu.topology"),
+    ("v5e unknown topology", manifest({"tpu": {"topology": "3x3"}}), "spec.tpu.topology"),
+    ("v4 3D topology", manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "2x2x4"}}), None),
+    (
+        "v4 2D topology",
+        manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "2x4"}}),
+        "spec.tpu.topology",
+    ),
+    ("v5p 16x16x24", manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "16x16x24"}}), None),
+    ("v5p 2x4", manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "2x4"}}), "spec.tpu.topology"),
+    ("v7x 2x2x2", manifest({"tpu": {"accelerator": "tpu7x", "topology": "2x2x2"}}), None),
+    (
+        "v7x 16x16x24",
+        manifest({"tpu": {"accelerator": "tpu7x", "topology": "16x16x24"}}),
+        "spec.tpu.topology",
+    ),
+    ("v6e 16x16", manifest({"tpu": {"accelerator": "tpu-v6e-slice", "topology": "16x16"}}), None),
+    (
+        "v6e 2x2x1",
+        manifest({"tpu": {"accelerator": "tpu-v6e-slice", "topology": "2x2x1"}}),
+        "spec.tpu.topology",
+    ),
+    ("topology not AxB", manifest({"tpu": {"topology": "2by4"}}), "spec.tpu.topology"),
+    ("unknown accelerator", manifest({"tpu": {"accelerator": "tpu-v9"}}), "spec.tpu.accelerator"),
+    ("8-chip host on v5e 2x4", manifest({"tpu": {"chipsPerHost": 8}}), None),
+    ("4-chip hosts on v5e 2x4", manifest({"tpu": {"chipsPerHost": 4}}), None),
+    (
+        "8-chip host on 4x4",
+        manifest({"tpu": {"topology": "4x4", "chipsPerHost": 8}}),
+        "spec.tpu.chipsPerHost",
+    ),
+    (
+        "8-chip host on v4",
+        manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "2x2x2", "chipsPerHost": 8}}),
+        "spec.tpu.chipsPerHost",
+    ),
+    ("1 chip on 1x1", manifest({"tpu": {"topology": "1x1", "chipsPerHost": 1}}), None),
+    ("1 chip on 2x2", manifest({"tpu": {"topology": "2x2", "chipsPerHost": 1}}), "spec.tpu.chipsPerHost"),
+    ("multislice multi-host", manifest({"tpu": {"slices": 4}}), None),
+    ("multislice single-host 2x2", manifest({"tpu": {"topology": "2x2", "slices": 2}}), "spec.tpu.slices"),
+    ("multislice 8-chip host", manifest({"tpu": {"chipsPerHost": 8, "slices": 2}}), "spec.tpu.slices"),
+    (
+        "multislice v4 2x2x1",
+        manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "2x2x1", "slices": 2}}),
+        "spec.tpu.slices",
+    ),
+    ("zero slices", manifest({"tpu": {"slices": 0}}), "spec.tpu.slices"),
+    ("mini divides batch", manifest({"grpo": {"batchSize": 8, "miniBatchSize": 4}}), None),
+    (
+        "mini does not divide batch",
+        manifest({"grpo": {"batchSize": 8, "miniBatchSize": 3}}),
+        "spec.grpo.miniBatchSize",
+    ),
+    (
+        "micro divides mini",
+        manifest({"grpo": {"batchSize": 8, "miniBatchSize": 4, "microBatchSize": 2}}),
+        None,
+    ),
+    (
+        "micro does not divide mini",
+        manifest({"grpo": {"batchSize": 8, "miniBatchSize": 4, "microBatchSize": 3}}),
+        "spec.grpo.microBatchSize",
+    ),
+    ("micro divides batch", manifest({"grpo": {"batchSize": 6, "microBatchSize": 3}}), None),
+    (
+        "micro does not divide batch",
+        manifest({"grpo": {"batchSize": 6, "microBatchSize": 4}}),
+        "spec.grpo.microBatchSize",
+    ),
+    ("one generation", manifest({"grpo": {"numGenerations": 1}}), "spec.grpo.numGenerations"),
+    ("metrics port ok", manifest({"metrics": {"port": 9464}}), None),
+    ("metrics port 8431", manifest({"metrics": {"port": 8431}}), "spec.metrics.port"),
+    ("metrics port 8476", manifest({"metrics": {"port": 8476}}), "spec.metrics.port"),
+    ("metrics port 8080", manifest({"metrics": {"port": 8080}}), "spec.metrics.port"),
+    ("metrics port privileged", manifest({"metrics": {"port": 80}}), "spec.metrics.port"),
+    ("negative learning rate", manifest({"grpo": {"learningRate": -1e-3}}), "spec.grpo.learningRate"),
+    (
+        "hbm utilization above 1",
+        manifest({"rollout": {"hbmUtilization": 1.5}}),
+        "spec.rollout.hbmUtilization",
+    ),
+    ("unknown spec field", manifest({"maxSeqTokenPerTPU": 4}), "spec.maxSeqTokenPerTPU"),
+    ("missing image", merge(BASE, {"spec": {"image": DELETE}}), "spec.image"),
+    ("missing tpu", merge(BASE, {"spec": {"tpu": DELETE}}), "spec.tpu"),
+    ("image wrong type", manifest({"image": 5}), "spec.image"),
+    ("unknown model family", manifest({"model": {"family": "gpt9"}}), "spec.model.family"),
+]
