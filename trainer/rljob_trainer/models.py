@@ -94,8 +94,12 @@ def check_model_spec(model: ModelSpec) -> list[str]:
     if model.checkpointPath is None:
         errors.append(f"spec.model.checkpointPath: required for size {model.size} (only size tiny starts from "
                       "random weights)")
-    elif "://" not in model.checkpointPath and not os.path.isdir(model.checkpointPath):
-        errors.append(f"spec.model.checkpointPath: {model.checkpointPath} is not a directory")
+    elif "://" not in model.checkpointPath:  # local: check now; remote (gs://) is checked by the loader
+        path = model.checkpointPath
+        if not os.path.isdir(path):
+            errors.append(f"spec.model.checkpointPath: {path} is not a directory")
+        elif not any(name.endswith(".safetensors") for name in os.listdir(path)):
+            errors.append(f"spec.model.checkpointPath: no *.safetensors files in {path}")
     return errors
 
 

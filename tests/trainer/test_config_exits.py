@@ -1,0 +1,137 @@
+"""Bad configs exit 2 (non-retryable) with the field named on stderr; crashes exit 1 (retryable).
+
+Run as real subprocesses (``python -m rljob_trainer``), because the exit code is the contract with the
+JobSet failure policy. Config checks run before JAX is imported, so each case takes about a second.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE: dict[str, Any] = {
+    "apiVersion": "rljob.dev/v1alpha1",
+    "kind": "RLJob",
+    "metadata": {"name": "t"},
+    "spec": {
+        "image": "img",
+        "model": {"family": "qwen3", "size": "tiny"},
+        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
+        "maxPrefillPredictLength": 16,
+        "maxTargetLength": 64,
+        "grpo": {"maxSteps": 2},
+    },
+}
+
+
+def manifest(**spec_changes: Any) -> dict[str, Any]:
+    """BASE with dotted spec paths replaced, e.g. manifest(**{"model.size": "9b"})."""
+    m = copy.deepcopy(BASE)
+    for dotted, value in spec_changes.items():
+        node = m["spec"]
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return m
+
+
+def run_trainer(tmp_path: Path, doc: dict[str, Any] | str, *extra: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "rljob.yaml"
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}"}
+    return subprocess.run([sys.executable, "-m", "rljob_trainer", "--config", str(path), *extra],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+
+
+def weights_dir(tmp_path: Path, with_weights: bool) -> str:
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    if with_weights:
+        (d / "model.safetensors").write_bytes(b"")
+    return str(d)
+
+
+BAD = {
+    "unknown family": ({"model.family": "gpt9"}, "spec.model.family"),
+    "unknown size": ({"model.size": "9b"}, "spec.model.size: unknown size '9b'"),
+    "missing checkpoint": ({"model.size": "8b"}, "spec.model.checkpointPath: required"),
+    "checkpoint not a dir": ({"model.size": "8b", "model.checkpointPath": "/nonexistent/q"},
+                             "spec.model.checkpointPath: /nonexistent/q is not a directory"),
+    "tiny with checkpoint": ({"model.checkpointPath": "/x"}, "spec.model.checkpointPath"),
+    "tiny with tokenizer": ({"model.tokenizerPath": "/x"}, "spec.model.tokenizerPath"),
+    "row too short": ({"packing.maxSeqTokenPerTpu": 32}, "spec.packing.maxSeqTokenPerTpu"),
+    "prompt window too short": ({"maxPrefillPredictLength": 4}, "spec.maxPrefillPredictLength"),
+    "vllm with tiny": ({"rollout.engine": "vllm"}, "spec.rollout.engine: vllm needs a real model size"),
+    "block size without vllm": ({"rollout.vllmBlockSize": 16}, "spec.rollout.vllmBlockSize"),
+    "bad mini batch": ({"grpo.batchSize": 8, "grpo.miniBatchSize": 3}, "spec.grpo.miniBatchSize"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_exits_2_naming_the_field(tmp_path: Path, case: str) -> None:
+    changes, expected = BAD[case]
+    proc = run_trainer(tmp_path, manifest(**changes))
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_checkpoint_dir_without_weights_exits_2(tmp_path: Path) -> None:
+    proc = run_trainer(tmp_path, manifest(**{"model.size": "0.6b",
+                                             "model.checkpointPath": weights_dir(tmp_path, False)}))
+    assert proc.returncode == 2
+    assert "spec.model.checkpointPath: no *.safetensors files" in proc.stderr
+
+
+def test_every_problem_is_listed(tmp_path: Path) -> None:
+    proc = run_trainer(tmp_path, manifest(**{"model.size": "8b", "maxPrefillPredictLength": 4,
+                                             "model.tokenizerPath": "/t"}))
+    assert proc.returncode == 2
+    assert "spec.model.checkpointPath" in proc.stderr
+
+
+def test_override_is_validated_like_the_manifest(tmp_path: Path) -> None:
+    proc = run_trainer(tmp_path, manifest(), "--max-steps", "0")
+    assert proc.returncode == 2
+    assert "spec.grpo.maxSteps" in proc.stderr
+
+
+@pytest.mark.parametrize(("doc", "expected"), [
+    ("kind: [unclosed", "<yaml>"),
+    (yaml.safe_dump({**BASE, "apiVersion": "v1"}), "apiVersion"),
+    (yaml.safe_dump({**BASE, "spec": {**BASE["spec"], "modle": {}}}), "spec.modle"),
+])
+def test_invalid_rljob_exits_2(tmp_path: Path, doc: str, expected: str) -> None:
+    proc = run_trainer(tmp_path, doc)
+    assert proc.returncode == 2
+    assert expected in proc.stderr
+
+
+def test_missing_config_file_exits_2(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}"}
+    proc = subprocess.run([sys.executable, "-m", "rljob_trainer", "--config", str(tmp_path / "none.yaml")],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "--config" in proc.stderr
+
+
+def test_crash_exits_1(tmp_path: Path) -> None:
+    """A failure that is not the config's fault is retryable: exit 1 with the traceback."""
+    path = tmp_path / "rljob.yaml"
+    path.write_text(yaml.safe_dump(manifest()))
+    code = ("import sys, rljob_trainer.main as m\n"
+            "def boom(*a, **k):\n    raise RuntimeError('host lost')\n"
+            f"m.train = boom\nsys.exit(m.main(['--config', {str(path)!r}]))\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    assert "RuntimeError: host lost" in proc.stderr
