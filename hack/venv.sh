@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create or refresh the project's virtual environment (.venv) with every extra the demo and tests need.
+# Idempotent and fast when nothing changed: a stamp file records the pyproject.toml it was built from.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${RLJOB_VENV:-.venv}
+EXTRAS=${RLJOB_EXTRAS:-operator,trainer,dev}
+stamp="$VENV/.rljob-stamp"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+# uv resolves and installs Tunix + JAX in about a minute; plain pip takes several.
+if ! command -v uv >/dev/null 2>&1; then
+  python3 -m pip install --quiet --disable-pip-version-check uv
+fi
+[ -x "$VENV/bin/python" ] || uv venv --quiet --python 3.11 "$VENV"
+VIRTUAL_ENV="$VENV" uv pip install --quiet -e ".[$EXTRAS]"
+echo "$want" >"$stamp"
+echo "venv ready: $VENV ($EXTRAS)"
