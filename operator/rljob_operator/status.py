@@ -232,4 +232,3 @@ def invalid_spec_status(
         generation=generation,
     )
     return StatusUpdate(status=new, events=[Event("Warning", REASON_INVALID_SPEC, message)], changed=True)
-

@@ -1,0 +1,70 @@
+"""kopf handlers: decorators around ``reconcile``, with timing and error metrics. No logic of their own.
+
+Run with ``rljob operator``, ``python -m rljob_operator`` or ``kopf run -m rljob_operator.handlers``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from rljob.api.spec import GROUP, PLURAL, VERSION
+from rljob_operator import names, reconcile
+from rljob_operator.kube import Kube, error_kind, load_config
+from rljob_operator.metrics import OperatorMetrics, serve
+from rljob_operator.settings import OperatorOptions, apply_settings
+
+RLJOB = (GROUP, VERSION, PLURAL)
+JOBSET = (names.JOBSET_GROUP, names.JOBSET_VERSION, names.JOBSET_PLURAL)
+
+
+@kopf.on.startup()
+def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    """All kopf settings, the API client and the metrics endpoint, in one place."""
+    options: OperatorOptions = memo.get("options") or OperatorOptions()
+    apply_settings(settings, options)
+    load_config()
+    memo.kube = Kube()
+    memo.metrics = memo.get("metrics") or OperatorMetrics()
+    if options.metrics_port:
+        serve(memo.metrics, options.metrics_port, options.metrics_addr)
+        logger.info("metrics on :%s/metrics", options.metrics_port)
+
+
+@kopf.on.resume(*RLJOB)
+@kopf.on.create(*RLJOB)
+def create(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Create the ConfigMap and JobSet once (resume: resync only)."""
+    with memo.metrics.reconcile("create", error_kind):
+        reconcile.ensure_children(memo.kube, body)
+
+
+@kopf.on.field(*RLJOB, field="spec.suspend")
+def suspend(old: Any, new: Any, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """``spec.suspend`` changed after creation: toggle the JobSet's suspend."""
+    if old is None and new is None:
+        return
+    with memo.metrics.reconcile("suspend", error_kind):
+        reconcile.toggle_suspend(memo.kube, body, bool(new))
+
+
+@kopf.on.event(*JOBSET, labels={names.LABEL_NAME: kopf.PRESENT})
+def jobset_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A JobSet of ours changed: mirror its state into the RLJob's status."""
+    with memo.metrics.reconcile("jobset", error_kind):
+        reconcile.on_jobset_event(memo.kube, event.get("type"), body)
+
+
+@kopf.on.event(*RLJOB)
+def rljob_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Keep ``rljob_operator_rljobs{phase}`` current (and forget deleted RLJobs)."""
+    meta = body.get("metadata", {})
+    phase = None if event.get("type") == "DELETED" else (body.get("status") or {}).get("phase") or "Pending"
+    memo.metrics.set_phase(meta.get("namespace", ""), meta.get("name", ""), phase)
+
+
+@kopf.on.probe(id="rljobs")
+def probe(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness detail: RLJobs this operator knows about."""
+    return memo.metrics.tracked()

@@ -1,0 +1,93 @@
+"""``rljob operator`` / ``python -m rljob_operator``: parse options, then run kopf with our handlers.
+
+Credentials: in-cluster when running in a pod, else ``$KUBECONFIG`` (or ~/.kube/config); kopf logs in the
+same way (its kubernetes-client login) and the handlers' API client is loaded in the startup handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+
+import kopf
+
+from rljob_operator.settings import OperatorOptions
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rljob operator", description="Run the RLJob operator (kopf).")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch this namespace (repeatable; kopf globs like 'team-*' work)",
+    )
+    scope.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="watch every namespace (the default when no --namespace is given)",
+    )
+    p.add_argument(
+        "--liveness",
+        metavar="URL",
+        default=None,
+        help="serve kopf's liveness probe, e.g. http://0.0.0.0:8081/healthz",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the operator's Prometheus metrics on this port",
+    )
+    p.add_argument("--metrics-addr", default="0.0.0.0", metavar="ADDR", help="bind address for metrics")
+    p.add_argument("--peering", default="rljob", metavar="NAME", help="kopf peering name (default rljob)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--standby",
+        action="store_true",
+        help="hot standby: lower peering priority, takes over when the active peer is gone",
+    )
+    mode.add_argument("--standalone", action="store_true", help="no peering at all (a single replica)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def options_from(args: argparse.Namespace) -> OperatorOptions:
+    return OperatorOptions(
+        namespaces=tuple(args.namespace),
+        all_namespaces=args.all_namespaces or not args.namespace,
+        liveness=args.liveness,
+        metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
+        peering=args.peering,
+        standby=args.standby,
+        standalone=args.standalone,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = options_from(args)
+    kopf.configure(verbose=args.verbose, debug=args.verbose)
+    import rljob_operator.handlers  # noqa: F401  (registers the handlers with kopf's default registry)
+
+    logging.getLogger(__name__).info(
+        "watching %s", "all namespaces" if options.all_namespaces else ", ".join(options.namespaces)
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        kopf.run(
+            clusterwide=options.all_namespaces,
+            namespaces=options.namespaces,
+            liveness_endpoint=options.liveness,
+            standalone=options.standalone or None,
+            peering_name=options.peering,
+            priority=options.priority,
+            memo=kopf.Memo(options=options),
+        )
+    return 0

@@ -1,0 +1,157 @@
+"""What the handlers do, in terms of the pure renderer/status code and the Kube helpers.
+
+Kept apart from ``handlers.py`` so the kopf decorators stay one-liners and this logic can be read (and
+tested with a fake ``Kube``) without kopf's machinery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from rljob.api import RLJobError, parse_rljob
+from rljob.api.spec import KIND
+from rljob_operator import names
+from rljob_operator.kube import Kube, controller_uid
+from rljob_operator.render import render_objects
+from rljob_operator.slices import slice_shape
+from rljob_operator.status import Event, compute_status, invalid_spec_status, is_terminal
+
+Post = Callable[[Mapping[str, Any], Event], None]
+STATUS_WRITE_ATTEMPTS = 5
+log = logging.getLogger(__name__)
+
+
+def post_event(obj: Mapping[str, Any], event: Event) -> None:
+    """Post an Event on the RLJob through kopf's event queue (thread-safe from sync handlers)."""
+    kopf.event(dict(obj), type=event.type, reason=event.reason, message=event.message)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A kopf Body (or any mapping) as plain nested dicts."""
+    return {k: (_plain(v) if isinstance(v, Mapping) else v) for k, v in body.items()}
+
+
+def sync_status(
+    kube: Kube,
+    ns: str,
+    name: str,
+    jobset: dict[str, Any] | None,
+    *,
+    post: Post = post_event,
+    owner_uid: str | None = None,
+    deleted: bool = False,
+) -> None:
+    """Recompute the RLJob's status from its JobSet and write it (only if it changed), then post Events.
+
+    Reads the RLJob fresh and writes with its resourceVersion, retrying on conflicts: the create handler
+    and the JobSet watcher both call this. Events are posted only after the write succeeded, so a retried
+    write does not post them twice.
+    """
+    for _ in range(STATUS_WRITE_ATTEMPTS):
+        raw = kube.get_rljob(ns, name)
+        if raw is None or (owner_uid and raw["metadata"].get("uid") != owner_uid):
+            return  # gone, or a newer RLJob of the same name: not ours to update
+        try:
+            job = parse_rljob(raw)
+        except RLJobError:
+            return  # the create handler reports invalid specs
+        update = compute_status(job, jobset, now=now(), jobset_deleted=deleted)
+        if not update.changed:
+            return
+        try:
+            kube.patch_rljob_status(ns, name, update.status, raw["metadata"]["resourceVersion"])
+        except ApiException as exc:
+            if exc.status == 409:
+                continue
+            raise
+        for event in update.events:
+            post(raw, event)
+        return
+    raise kopf.TemporaryError(f"status of {ns}/{name} kept conflicting", delay=1)
+
+
+def ensure_children(kube: Kube, body: Mapping[str, Any], *, post: Post = post_event) -> None:
+    """On create/resume: create the ConfigMap and JobSet once, or re-read them; never after a terminal state."""
+    raw = _plain(body)
+    meta = raw["metadata"]
+    ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+    status = raw.get("status") or {}
+    if is_terminal(status):
+        return  # finished: whatever happened to the JobSet since (e.g. its TTL), nothing is recreated
+    try:
+        job = parse_rljob(raw)
+    except RLJobError as exc:
+        update = invalid_spec_status(status, exc.errors, now=now(), generation=meta.get("generation"))
+        kube.patch_rljob_status(ns, name, update.status, meta["resourceVersion"])
+        for event in update.events:
+            post(raw, event)
+        return
+    if status.get("jobSetName"):  # created before this operator (re)started: only resync the status
+        sync_status(kube, ns, name, kube.get_jobset(ns, status["jobSetName"]), post=post, owner_uid=uid)
+        return
+    config_map, jobset = render_objects(job)
+    kopf.adopt([config_map, jobset], owner=raw)
+    created = []
+    for obj in (config_map, jobset):  # the ConfigMap first: the pods mount it
+        child, fresh = kube.create_owned(obj, uid)
+        if fresh:
+            created.append(f"{obj['kind']} {obj['metadata']['name']}")
+    jobset = child
+    if created:
+        shape = slice_shape(job.spec.tpu)
+        post(
+            raw,
+            Event(
+                "Normal",
+                "Created",
+                f"created {' and '.join(created)}: {shape.slices} x {shape.accelerator} {shape.topology} "
+                f"({shape.hosts} hosts x {shape.chips_per_host} chips per slice)",
+            ),
+        )
+    sync_status(kube, ns, name, jobset, post=post, owner_uid=uid)
+
+
+def toggle_suspend(kube: Kube, body: Mapping[str, Any], suspend: bool) -> None:
+    """``spec.suspend`` changed: set the JobSet's ``spec.suspend`` to match, and nothing else."""
+    status = body.get("status") or {}
+    if is_terminal(status):
+        return
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    try:
+        kube.set_jobset_suspend(ns, names.jobset_name(name), suspend)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        log.info("JobSet of %s/%s not there yet; it will be created with suspend=%s", ns, name, suspend)
+
+
+def on_jobset_event(
+    kube: Kube, event_type: str | None, jobset: Mapping[str, Any], *, post: Post = post_event
+) -> None:
+    """A JobSet changed (or was deleted): mirror it into the RLJob that controls it."""
+    js = _plain(jobset)
+    meta = js["metadata"]
+    owner = next(
+        (r for r in meta.get("ownerReferences") or [] if r.get("controller") and r.get("kind") == KIND), None
+    )
+    if owner is None:
+        return
+    sync_status(
+        kube,
+        meta["namespace"],
+        owner["name"],
+        js,
+        post=post,
+        owner_uid=controller_uid(js),
+        deleted=event_type == "DELETED",
+    )

@@ -1,0 +1,176 @@
+"""The handlers' logic against an in-memory API (``fakes.FakeKube``): create once, adopt, never recreate,
+suspend toggles only the JobSet's suspend, JobSet events drive the status, invalid specs fail cleanly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rljob_operator import reconcile
+from rljob_operator.status import Event
+
+from tests.operator.builders import make_rljob
+from tests.operator.fakes import FakeKube
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def events() -> list[Event]:
+    return []
+
+
+def _post(events: list[Event]):
+    return lambda _obj, ev: events.append(ev)
+
+
+def _create(kube: FakeKube, events: list[Event], manifest: dict[str, Any]) -> dict[str, Any]:
+    body = kube.add_rljob(manifest)
+    reconcile.ensure_children(kube, body, post=_post(events))
+    return body
+
+
+def test_create_makes_configmap_then_jobset_owned(kube, events):
+    _create(kube, events, make_rljob("x").tpu("tpu-v6e-slice", "4x4").slices(2).manifest())
+    assert [c[:2] for c in kube.calls if c[0] == "create"] == [("create", "ConfigMap"), ("create", "JobSet")]
+    js = kube.get_jobset("default", "x")
+    ref = js["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("RLJob", "x", "uid-1", True)
+    cm = kube.objects[("ConfigMap", "default", "x-config")]
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    st = kube.rljob_status()
+    assert st["phase"] == "Pending" and st["jobSetName"] == "x"
+    assert [e.reason for e in events] == ["Created"]
+    assert "2 x tpu-v6e-slice 4x4 (4 hosts x 4 chips per slice)" in events[0].message
+
+
+def test_create_twice_is_success_and_creates_nothing_new(kube, events):
+    body = _create(kube, events, make_rljob("x").manifest())
+    kube.objects[("RLJob", "default", "x")].pop("status")  # as if the status write had been lost
+    reconcile.ensure_children(kube, kube.get_rljob("default", "x") or body, post=_post(events))
+    assert [e.reason for e in events] == ["Created"], "no second Created event"
+    assert kube.rljob_status()["phase"] == "Pending"
+
+
+def test_resume_after_terminal_recreates_nothing(kube, events):
+    """A finished RLJob whose JobSet the TTL deleted: the JobSet is not recreated."""
+    _create(kube, events, make_rljob("x").manifest())
+    js = kube.objects[("JobSet", "default", "x")]
+    js["status"] = {
+        "terminalState": "Completed",
+        "conditions": [
+            {
+                "type": "Completed",
+                "status": "True",
+                "reason": "AllJobsCompleted",
+                "message": "done",
+                "lastTransitionTime": "2025-01-01T02:00:00Z",
+            }
+        ],
+    }
+    reconcile.on_jobset_event(kube, "MODIFIED", js, post=_post(events))
+    assert kube.rljob_status()["phase"] == "Succeeded"
+    del kube.objects[("JobSet", "default", "x")]  # TTL
+    reconcile.on_jobset_event(kube, "DELETED", js, post=_post(events))
+    kube.calls.clear()
+    reconcile.ensure_children(kube, kube.get_rljob("default", "x"), post=_post(events))
+    assert kube.calls == [] and kube.get_jobset("default", "x") is None
+    assert kube.rljob_status()["phase"] == "Succeeded"
+    assert [e.reason for e in events] == ["Created", "Succeeded"]
+
+
+def test_resume_with_jobset_gone_before_finishing_fails(kube, events):
+    _create(kube, events, make_rljob("x").manifest())
+    del kube.objects[("JobSet", "default", "x")]
+    reconcile.ensure_children(kube, kube.get_rljob("default", "x"), post=_post(events))
+    assert kube.rljob_status()["phase"] == "Failed"
+    assert not any(c[0] == "create" and c[1] == "JobSet" for c in kube.calls[2:])
+
+
+def test_invalid_spec_fails_and_creates_nothing(kube, events):
+    m = make_rljob("x").manifest()
+    m["spec"]["tpu"]["topology"] = "3x3"  # CEL would refuse it; the operator defends anyway
+    _create(kube, events, m)
+    assert not [c for c in kube.calls if c[0] == "create"]
+    st = kube.rljob_status()
+    assert st["phase"] == "Failed"
+    assert (
+        st["conditions"][0]["reason"] == "InvalidSpec"
+        and "spec.tpu.topology" in st["conditions"][0]["message"]
+    )
+    assert [e.reason for e in events] == ["InvalidSpec"]
+
+
+def test_suspend_toggles_only_the_jobset_suspend(kube, events):
+    body = _create(kube, events, make_rljob("x").manifest())
+    before = kube.get_jobset("default", "x")
+    reconcile.toggle_suspend(kube, body, True)
+    after = kube.get_jobset("default", "x")
+    assert after["spec"].pop("suspend") is True
+    before["spec"].pop("suspend")
+    assert after["spec"] == before["spec"]
+
+
+def test_suspend_before_the_jobset_exists_is_fine(kube):
+    body = kube.add_rljob(make_rljob("x").manifest())
+    reconcile.toggle_suspend(kube, body, True)  # 404 swallowed
+
+
+def test_jobset_events_drive_phase_and_restart_events(kube, events):
+    _create(kube, events, make_rljob("x").manifest())
+    js = kube.get_jobset("default", "x")
+    js["status"] = {
+        "replicatedJobsStatus": [
+            {"name": "slice", "active": 1, "ready": 1, "succeeded": 0, "failed": 0, "suspended": 0}
+        ]
+    }
+    reconcile.on_jobset_event(kube, "MODIFIED", js, post=_post(events))
+    assert kube.rljob_status()["phase"] == "Running"
+    js["status"] = {"restarts": 1, "restartsCountTowardsMax": 1, "replicatedJobsStatus": []}
+    reconcile.on_jobset_event(kube, "MODIFIED", js, post=_post(events))
+    assert kube.rljob_status()["phase"] == "Restarting" and kube.rljob_status()["restarts"] == 1
+    js["status"] = {
+        "restarts": 1,
+        "terminalState": "Failed",
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "FailedJobs",
+                "message": "jobset failed",
+                "lastTransitionTime": "2025-01-01T02:00:00Z",
+            }
+        ],
+    }
+    reconcile.on_jobset_event(kube, "MODIFIED", js, post=_post(events))
+    st = kube.rljob_status()
+    assert st["phase"] == "Failed" and st["completionTime"] == "2025-01-01T02:00:00Z"
+    assert [e.reason for e in events] == ["Created", "Restarted", "Failed"]
+
+
+def test_status_write_retries_on_conflict(kube, events):
+    _create(kube, events, make_rljob("x").manifest())
+    js = kube.get_jobset("default", "x")
+    js["status"] = {"replicatedJobsStatus": [{"name": "slice", "ready": 1}]}
+    kube.conflicts_to_inject = 2
+    reconcile.on_jobset_event(kube, "MODIFIED", js, post=_post(events))
+    assert kube.rljob_status()["phase"] == "Running"
+
+
+def test_jobset_of_a_previous_rljob_with_the_same_name_is_ignored(kube, events):
+    _create(kube, events, make_rljob("x").manifest())
+    js = kube.get_jobset("default", "x")
+    js["metadata"]["ownerReferences"][0]["uid"] = "uid-of-an-older-rljob"
+    js["status"] = {"replicatedJobsStatus": [{"name": "slice", "ready": 1}]}
+    reconcile.on_jobset_event(kube, "DELETED", js, post=_post(events))
+    assert kube.rljob_status()["phase"] == "Pending"
+
+
+def test_unowned_jobset_is_ignored(kube, events):
+    reconcile.on_jobset_event(
+        kube, "ADDED", {"metadata": {"name": "y", "namespace": "default"}}, post=_post(events)
+    )
+    assert events == []
