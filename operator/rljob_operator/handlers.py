@@ -40,11 +40,10 @@ def create(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         reconcile.ensure_children(memo.kube, body)
 
 
-@kopf.on.field(*RLJOB, field="spec.suspend")
-def suspend(old: Any, new: Any, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """``spec.suspend`` changed after creation: toggle the JobSet's suspend."""
-    if old is None and new is None:
-        return
+@kopf.on.update(*RLJOB, field="spec.suspend")
+def suspend(new: Any, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """``spec.suspend`` changed after creation (updates only: on create the renderer already set it, and a
+    queued JobSet must stay suspended until Kueue admits it): toggle the JobSet's suspend."""
     with memo.metrics.reconcile("suspend", error_kind):
         reconcile.toggle_suspend(memo.kube, body, bool(new))
 
