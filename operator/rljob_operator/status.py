@@ -87,14 +87,19 @@ def _ready_slices(jobset: dict[str, Any]) -> int:
     return sum(int(r.get("ready", 0)) + int(r.get("succeeded", 0)) for r in rjs)
 
 
+def _finished(jobset: dict[str, Any], condition: str, terminal_state: str) -> dict[str, Any] | None:
+    """The JobSet's terminal condition, or {} when only ``status.terminalState`` says so."""
+    cond = _true_condition(jobset, condition)
+    if cond is None and (jobset.get("status") or {}).get("terminalState") == terminal_state:
+        return {}
+    return cond
+
+
 def observe_jobset(job: RLJob, jobset: dict[str, Any]) -> _Observed:
     """What the JobSet says, as an RLJob phase with a reason and message."""
-    js_status = jobset.get("status") or {}
-    if c := _true_condition(jobset, "Completed") or (
-        {} if js_status.get("terminalState") == "Completed" else None
-    ):
+    if (c := _finished(jobset, "Completed", "Completed")) is not None:
         return _Observed("Succeeded", "JobSetCompleted", c.get("message") or "all slices completed")
-    if c := _true_condition(jobset, "Failed") or ({} if js_status.get("terminalState") == "Failed" else None):
+    if (c := _finished(jobset, "Failed", "Failed")) is not None:
         return _Observed("Failed", c.get("reason") or "JobSetFailed", c.get("message") or "the JobSet failed")
     if (jobset.get("spec") or {}).get("suspend") or _true_condition(jobset, "Suspended"):
         if job.spec.queueName and not job.spec.suspend:
@@ -107,7 +112,7 @@ def observe_jobset(job: RLJob, jobset: dict[str, Any]) -> _Observed:
             "Suspended", "Suspended", "spec.suspend is true: the JobSet is suspended, no pods run"
         )
     shape = slice_shape(job.spec.tpu)
-    ready, restarts = _ready_slices(jobset), int(js_status.get("restarts", 0))
+    ready, restarts = _ready_slices(jobset), int((jobset.get("status") or {}).get("restarts", 0))
     where = f"{ready}/{shape.slices} slices of {shape.hosts} hosts ready"
     if ready >= shape.slices:
         return _Observed("Running", "AllSlicesReady", where)
