@@ -1,0 +1,157 @@
+"""Model adapter: logits of packed rows for each Tunix model family, with exact attention.
+
+Tunix 0.1.7's non-flash attention (CPU/GPU) never reads ``segment_ids`` and builds no causal mask, so a
+packed row handed to ``model(...)`` attends across sequences. The adapter picks, per backend:
+
+* ``splash`` (TPU, ``config.use_flash_attention``): the model's own call with ``segment_ids``; Tunix's
+  qwen3/qwen2 flash path runs splash attention with a causal mask and segment ids, which is exact and
+  already skips blocks where segments do not meet.
+* ``blocked`` (CPU/GPU, qwen3 / qwen2 / llama3): a forward pass that reuses the model's own modules
+  (embedder, norms, projections, rope, MLP, head) layer by layer and swaps only the attention core for
+  ``attention.blocked_attention`` (block-sparse, cost follows the segments).
+* ``dense`` (any family, incl. gemma3): the model's own call with ``attention_mask`` set to the dense
+  segment-causal mask. Exact but ``L**2`` per row; the fallback where no blocked forward exists.
+
+The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache, no remat); the
+tests compare them against Tunix's own unpacked forward to 1e-5.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+
+from rljob_trainer.packing.attention import blocked_attention, segment_causal_mask
+
+Attention = Literal["auto", "splash", "blocked", "dense"]
+BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
+DENSE_FAMILIES = ("qwen3", "qwen2", "llama3", "gemma3")
+SPLASH_FAMILIES = ("qwen3", "qwen2")
+
+
+def family_of(model: Any) -> str:
+    """Tunix family name of a model instance, from its module (``tunix.models.<family>.model``)."""
+    parts = type(model).__module__.split(".")
+    if len(parts) >= 3 and parts[0] == "tunix" and parts[1] == "models":
+        return parts[2]
+    raise ValueError(f"not a Tunix model: {type(model).__module__}.{type(model).__name__}")
+
+
+def resolve_attention(model: Any, attention: Attention = "auto") -> str:
+    """The attention implementation ``attention`` means for this model (see module docstring)."""
+    family = family_of(model)
+    flash = bool(getattr(getattr(model, "config", None), "use_flash_attention", False))
+    if attention == "auto":
+        if flash and family in SPLASH_FAMILIES:
+            return "splash"
+        attention = "blocked" if family in BLOCKED_FAMILIES else "dense"
+    supported = {"splash": SPLASH_FAMILIES, "blocked": BLOCKED_FAMILIES, "dense": DENSE_FAMILIES}[attention]
+    if family not in supported:
+        raise ValueError(f"packed attention {attention!r} does not support model family {family!r}")
+    if attention == "splash" and not flash:
+        raise ValueError("splash attention needs the model's config.use_flash_attention (TPU)")
+    if attention != "splash" and flash:
+        # The flash path ignores attention_mask; only segment ids keep it exact.
+        raise ValueError(f"model uses flash attention; packed attention must be 'splash', not {attention!r}")
+    return attention
+
+
+def packed_logits(
+    model: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    segment_ids: jax.Array,
+    pairs: tuple[jax.Array, ...] | None,
+    *,
+    attention: str,
+    block: int,
+) -> jax.Array:
+    """Float32 logits ``[R, L, V]`` of packed rows; every token sees only its own sequence's past."""
+    if attention == "splash":
+        logits, _ = model(tokens, positions=positions, cache=None, attention_mask=None,
+                          segment_ids=segment_ids)
+    elif attention == "dense":
+        kwargs: dict[str, Any] = {}
+        if "segment_ids" in inspect.signature(model.__call__).parameters:
+            kwargs["segment_ids"] = segment_ids
+        logits, _ = model(tokens, positions=positions, cache=None,
+                          attention_mask=segment_causal_mask(segment_ids), **kwargs)
+    elif attention == "blocked":
+        if pairs is None:
+            raise ValueError("blocked attention needs block pairs (PackedTrainExample built with it)")
+
+        def attend(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
+            return blocked_attention(q, k, v, segment_ids, pairs, block=block, scale=scale)
+
+        logits = _BLOCKED[family_of(model)](model, tokens, positions, attend)
+    else:
+        raise ValueError(f"unknown packed attention {attention!r}")
+    return jnp.astype(logits, jnp.float32)
+
+
+Attend = Callable[[jax.Array, jax.Array, jax.Array, float], jax.Array]
+
+
+def _decoder(model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array]) -> jax.Array:
+    """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3."""
+    for layer in model.layers:
+        h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
+        x = h + layer.mlp(layer.post_attention_layernorm(h))
+    return model.final_norm(x)
+
+
+def _qwen3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
+    from tunix.models.qwen3 import model as q3
+
+    def attn_fn(a: Any, x: jax.Array) -> jax.Array:
+        q = q3.apply_rope(a.q_norm(a.q_proj(x)), positions, head_dim=a.head_dim)
+        k = q3.apply_rope(a.k_norm(a.k_proj(x)), positions, head_dim=a.head_dim)
+        return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
+
+    x = _decoder(model, model.embedder.encode(tokens), attn_fn)
+    return model.embedder.decode(x) if model.config.use_tied_embedding else model.lm_head(x)
+
+
+def _qwen2(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
+    from tunix.models.qwen2 import model as q2
+
+    cfg = model.config
+    x = model.embedder.encode(tokens)
+    sin, cos = q2._generate_pos_embeddings(positions, cfg.head_dim, cfg.rope_theta)
+    sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
+
+    def attn_fn(a: Any, x: jax.Array) -> jax.Array:
+        def proj(p: Any, bias: Any) -> jax.Array:
+            y = p(x)
+            b, t, n, h = y.shape
+            return (y.reshape(b, t, n * h) + bias.astype(cfg.dtype)).reshape(b, t, n, h)
+
+        q = q2.apply_rotary_embedding(proj(a.q_proj, a.q_bias), sin, cos)
+        k = q2.apply_rotary_embedding(proj(a.k_proj, a.k_bias), sin, cos)
+        return a.o_proj(attend(q, k, proj(a.v_proj, a.v_bias), a.scale))
+
+    x = _decoder(model, x, attn_fn)
+    return model.embedder.decode(x) if cfg.use_tied_embedding else model.lm_head(x)
+
+
+def _llama3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
+    from tunix.models.llama3 import model as l3
+
+    def attn_fn(a: Any, x: jax.Array) -> jax.Array:
+        q = l3.apply_rope(a.q_proj(x), positions, head_dim=a.head_dim)
+        k = l3.apply_rope(a.k_proj(x), positions, head_dim=a.head_dim)
+        return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
+
+    x = _decoder(model, model.embedder.encode(tokens), attn_fn)
+    return model.embedder.decode(x) if model.config.weight_tying else model.lm_head(x)
+
+
+_BLOCKED: dict[str, Callable[[Any, jax.Array, jax.Array, Attend], jax.Array]] = {
+    "qwen3": _qwen3,
+    "qwen2": _qwen2,
+    "llama3": _llama3,
+}

@@ -1,0 +1,121 @@
+"""Tunix ``TrainExample`` (one micro-batch) -> ``PackedTrainExample`` (its rows, one ``[R, L]`` batch).
+
+Why the per-token GRPO inputs stay unpacked: the loss must aggregate exactly as Tunix's GRPO loss does
+(``aggregate_loss`` over ``[batch, completion_len]``: sequence-mean-token-mean by default). So only the
+model's input moves into packed rows; ``completion_index`` maps every completion token back to the
+packed column that predicts it, and advantages, masks and reference/old log-probs keep Tunix's
+``[B]``/``[B, Tc]`` layout. The loss gathers the packed per-token log-probs into that layout and then
+runs the same aggregation code on the same shapes, which is what makes packed == unpacked.
+
+Layout assumptions (Tunix's GRPO rollout guarantees them when the pad id is also an EOS id): prompts are
+left-padded (real tokens a suffix of ``prompt_ids``), completions right-padded (a prefix). Anything
+else is refused: a hole would make the unpacked positions and the packed ones differ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rljob_trainer.packing.attention import block_pairs
+from rljob_trainer.packing.rows import RowPlan, pack_rows, plan_rows
+
+
+@flax.struct.dataclass(frozen=True)
+class PackedTrainExample:
+    """One micro-batch packed into ``[R, L]`` rows, plus the unpacked GRPO inputs of its sequences.
+
+    ``completion_index[b, j]`` is the flat index (into ``R * L``) of completion token ``j`` of sequence
+    ``b``; the log-prob of that token comes from the packed logits one column earlier. Padding
+    completion positions point at 0 and are masked by ``completion_mask`` exactly as in Tunix.
+    """
+
+    tokens: jax.Array  # [R, L] int32
+    positions: jax.Array  # [R, L] int32, restarting at 0 per sequence
+    segment_ids: jax.Array  # [R, L] int32, 1..k per row, 0 = padding
+    completion_index: jax.Array  # [B, Tc] int32
+    completion_mask: jax.Array  # [B, Tc]
+    advantages: jax.Array  # [B] (or [B, Tc])
+    ref_per_token_logps: jax.Array | None  # [B, Tc]
+    old_per_token_logps: jax.Array | None  # [B, Tc]
+    sampler_is_weights: jax.Array | None = None  # [B, Tc]
+    # Block-sparse attention pairs (row, q block, k block, valid); None for dense / splash attention.
+    pair_row: jax.Array | None = None
+    pair_q: jax.Array | None = None
+    pair_k: jax.Array | None = None
+    pair_valid: jax.Array | None = None
+
+    @property
+    def pairs(self) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:
+        if self.pair_row is None:
+            return None
+        return (self.pair_row, self.pair_q, self.pair_k, self.pair_valid)
+
+
+def _real_lengths(prompt_mask: np.ndarray, completion_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    p_len = prompt_mask.sum(-1).astype(np.int64)
+    c_len = completion_mask.sum(-1).astype(np.int64)
+    P, C = prompt_mask.shape[1], completion_mask.shape[1]
+    suffix = np.arange(P)[None] >= (P - p_len)[:, None]
+    prefix = np.arange(C)[None] < c_len[:, None]
+    if not (np.array_equal(suffix, prompt_mask) and np.array_equal(prefix, completion_mask)):
+        raise ValueError(
+            "packing needs left-padded prompts and right-padded completions without holes "
+            "(a pad token inside a completion: make the pad id an EOS id of the rollout)"
+        )
+    if (p_len == 0).any():
+        raise ValueError("packing needs at least one prompt token (e.g. BOS) per sequence")
+    return p_len, c_len
+
+
+def pack_train_example(
+    example: Any,
+    row_len: int,
+    *,
+    pad_id: int,
+    attention_block: int | None = None,
+    row_multiple: int = 1,
+) -> tuple[PackedTrainExample, RowPlan]:
+    """Pack one Tunix ``TrainExample`` into rows of ``row_len`` tokens (best-fit decreasing).
+
+    ``attention_block`` set: also list the block pairs for ``blocked_attention`` (``row_len`` must be a
+    multiple of it). ``row_multiple``: the row count is a multiple of this (the data-parallel width).
+    Raises ``RowTooShortError`` (naming ``spec.packing.maxSeqTokenPerTpu``) if a sequence does not fit.
+    """
+    p_ids = np.asarray(example.prompt_ids)
+    c_ids = np.asarray(example.completion_ids)
+    p_mask = np.asarray(example.prompt_mask).astype(bool)
+    c_mask_in = np.asarray(example.completion_mask)
+    c_mask = c_mask_in.astype(bool)
+    if getattr(example, "segment_ids", None) is not None:
+        raise ValueError("example is already packed (Tunix pack_sequences): turn off max_seq_token_per_tpu")
+    p_len, c_len = _real_lengths(p_mask, c_mask)
+    P = p_ids.shape[1]
+    seqs = [np.concatenate([p_ids[i, P - p_len[i] :], c_ids[i, : c_len[i]]]) for i in range(len(p_ids))]
+    plan = plan_rows(p_len + c_len, row_len, multiple_of=row_multiple)
+    rows = pack_rows(plan, seqs, pad_id)
+    base = plan.row.astype(np.int64) * row_len + plan.offset + p_len  # flat index of completion token 0
+    cols = np.arange(c_ids.shape[1])[None]
+    completion_index = np.where(c_mask, base[:, None] + cols, 0).astype(np.int32)
+    pairs: dict[str, Any] = {}
+    if attention_block is not None:
+        bp = block_pairs(rows.segment_ids, attention_block)
+        pairs = {"pair_row": jnp.asarray(bp.row), "pair_q": jnp.asarray(bp.q), "pair_k": jnp.asarray(bp.k),
+                 "pair_valid": jnp.asarray(bp.valid)}
+    packed = PackedTrainExample(
+        tokens=jnp.asarray(rows.tokens),
+        positions=jnp.asarray(rows.positions),
+        segment_ids=jnp.asarray(rows.segment_ids),
+        completion_index=jnp.asarray(completion_index),
+        completion_mask=jnp.asarray(c_mask_in),
+        advantages=jnp.asarray(example.advantages),
+        ref_per_token_logps=example.ref_per_token_logps,
+        old_per_token_logps=example.old_per_token_logps,
+        sampler_is_weights=getattr(example, "sampler_is_weights", None),
+        **pairs,
+    )
+    return packed, plan

@@ -1,0 +1,158 @@
+"""GRPO loss on a packed micro-batch, with exactly Tunix 0.1.7's aggregation and normalisation.
+
+Why this is its own function rather than Tunix's ``grpo_loss_fn`` on a packed example: Tunix's packed
+mode (``pack_sequences``) turns the whole row into one "sequence", so ``aggregate_loss`` becomes a token
+mean over the row. Here the model runs on the packed rows (one ``[R, L]`` forward/backward), its per-token
+log-probs and entropies are gathered back to ``[B, Tc]`` (``PackedTrainExample.completion_index``), and
+from there the code below follows ``tunix.rl.algo_core.grpo_loss_fn`` line for line (clipping, dual
+clip, GSPO-token, sampler IS weights, KL, ``common.aggregate_loss`` on the same shapes). Per-sequence and
+per-token normalisation are therefore those of the unpacked loss, and so are the gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from tunix.rl import common
+from tunix.rl.algo_core import masked_mean
+
+from rljob_trainer.packing.adapter import packed_logits
+from rljob_trainer.packing.example import PackedTrainExample
+
+
+def packed_per_token_logps(
+    model: Any,
+    ex: PackedTrainExample,
+    *,
+    temperature: float,
+    attention: str,
+    block: int,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-token log-probs and entropies of the completion tokens, ``[B, Tc]`` each, from packed rows.
+
+    Column ``t`` of a row predicts token ``t + 1``; a completion token is never the first of its segment
+    (prompts have >= 1 token), so its predicting column is always inside its own sequence.
+    """
+    logits = packed_logits(model, ex.tokens, ex.positions, ex.segment_ids, ex.pairs,
+                           attention=attention, block=block)[:, :-1]
+    if temperature != 0.0 and temperature != 1.0:
+        logits = logits / temperature
+    logp_all = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    token_logp = jnp.take_along_axis(logp_all, ex.tokens[:, 1:, None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
+    return flat(token_logp)[ex.completion_index], flat(entropy)[ex.completion_index]
+
+
+def grpo_loss_from_logps(
+    per_token_logps: jax.Array,
+    token_entropy: jax.Array,
+    ex: Any,
+    algo_config: Any,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Tunix 0.1.7 ``grpo_loss_fn`` from the point where per-token log-probs exist (same math)."""
+    beta = algo_config.beta
+    epsilon = algo_config.epsilon
+    epsilon_high = getattr(algo_config, "epsilon_high", epsilon)
+    epsilon_c = getattr(algo_config, "epsilon_c", None)
+    mode = algo_config.loss_agg_mode
+    completion_mask = ex.completion_mask
+
+    per_token_logps = per_token_logps.astype(jnp.float32)
+    advantages = ex.advantages.astype(jnp.float32)
+    if ex.old_per_token_logps is None:
+        old_per_token_logps = jax.lax.stop_gradient(per_token_logps)
+    else:
+        old_per_token_logps = ex.old_per_token_logps.astype(jnp.float32)
+
+    seq_importance_ratio = per_token_logps - old_per_token_logps
+    ppo_kl = masked_mean(-seq_importance_ratio, completion_mask)
+    seq_importance_ratio = jnp.clip(seq_importance_ratio, max=20.0, min=-20.0)
+    if algo_config.loss_algo == "gspo-token":
+        seq_importance_ratio = (seq_importance_ratio * completion_mask).sum(axis=-1) / jnp.clip(
+            completion_mask.sum(-1), min=1
+        )
+        seq_importance_ratio = (
+            per_token_logps
+            - jax.lax.stop_gradient(per_token_logps)
+            + jnp.expand_dims(jax.lax.stop_gradient(seq_importance_ratio), axis=-1)
+        )
+        seq_importance_ratio = jnp.clip(seq_importance_ratio, max=10.0)
+    is_ratio = jnp.exp(seq_importance_ratio)
+    adv = advantages if advantages.ndim == 2 else jnp.expand_dims(advantages, 1)
+
+    pg_loss_1 = -adv * is_ratio
+    pg_loss_2 = -adv * jnp.clip(is_ratio, 1 - epsilon, 1 + epsilon_high)
+    per_token_loss = jnp.maximum(pg_loss_1, pg_loss_2).astype(jnp.float32)
+    clipped_fraction = masked_mean(jnp.greater(pg_loss_2, pg_loss_1), completion_mask)
+    pg_loss_3 = -epsilon_c * adv if epsilon_c is not None else per_token_loss
+    unreduced_lower = ((per_token_loss > pg_loss_3) & (adv < 0.0)).astype(jnp.float32)
+    pg_clipfrac_lower = common.aggregate_loss(unreduced_lower, completion_mask, mode)
+    per_token_loss = jnp.where(adv < 0.0, jnp.minimum(pg_loss_3, per_token_loss), per_token_loss)
+    sampler_is_weights = getattr(ex, "sampler_is_weights", None)
+    if sampler_is_weights is not None:
+        per_token_loss = per_token_loss * sampler_is_weights.astype(jnp.float32)
+    loss = common.aggregate_loss(per_token_loss, completion_mask, mode)
+
+    adv_b = jnp.broadcast_to(adv, completion_mask.shape)
+    real = completion_mask > 0
+    aux: dict[str, jax.Array] = {
+        "kl": jnp.float32(0.0),
+        "kl_loss": jnp.float32(0.0),
+        "pg_loss": loss,
+        "pg_clipfrac": clipped_fraction,
+        "ppo_kl": ppo_kl,
+        "pg_clipfrac_lower": pg_clipfrac_lower,
+        "is_ratio/mean": masked_mean(is_ratio, completion_mask),
+        "is_ratio/max": jnp.max(jnp.where(real, is_ratio, 0.0)),
+        "is_ratio/min": jnp.min(jnp.where(real, is_ratio, jnp.inf)),
+        "log_ratio/abs_mean": masked_mean(jnp.abs(seq_importance_ratio), completion_mask),
+        "pg_loss/unclipped_mean": masked_mean(pg_loss_1, completion_mask),
+        "pg_loss/clipped_mean": masked_mean(pg_loss_2, completion_mask),
+        "advantage/abs_mean": masked_mean(jnp.abs(adv_b), completion_mask),
+        "advantage/max": jnp.max(jnp.where(real, adv_b, -jnp.inf)),
+        "advantage/min": jnp.min(jnp.where(real, adv_b, jnp.inf)),
+        "advantage/nonzero_frac": masked_mean((jnp.abs(adv_b) > 1e-8).astype(jnp.float32), completion_mask),
+    }
+    if sampler_is_weights is not None:
+        sis = sampler_is_weights.astype(jnp.float32)
+        aux["sampler_is/weight_mean"] = masked_mean(sis, completion_mask)
+        aux["sampler_is/weight_min"] = jnp.min(jnp.where(real, sis, jnp.inf))
+    else:
+        aux["sampler_is/weight_mean"] = jnp.float32(1.0)
+        aux["sampler_is/weight_min"] = jnp.float32(1.0)
+    if ex.ref_per_token_logps is not None:
+        kl = common.compute_kl_divergence(
+            per_token_logps, ex.ref_per_token_logps, algo_config.kl_loss_mode,
+            clamp_value=getattr(algo_config, "kl_clamp_value", None),
+        )
+        aux["kl"] = ((kl * completion_mask).sum() / jnp.clip(completion_mask.sum(), min=1)).astype(jnp.float32)
+        kl_loss = common.aggregate_loss(kl, completion_mask, mode)
+        aux["kl_loss"] = kl_loss
+        if beta is not None and beta != 0.0:
+            loss = loss + beta * kl_loss
+    aux["entropy"] = common.aggregate_loss(token_entropy, completion_mask, mode)
+    return loss, aux
+
+
+def make_packed_grpo_loss_fn(
+    *, attention: str, block: int
+) -> Callable[[Any, PackedTrainExample, Any], tuple[jax.Array, dict[str, jax.Array]]]:
+    """A loss fn with the signature Tunix's actor trainer calls: ``(model, train_example, algo_config)``.
+
+    ``attention`` is a resolved implementation (``adapter.resolve_attention``); ``block`` the attention
+    block size used when the examples were packed.
+    """
+
+    def loss_fn(model: Any, train_example: PackedTrainExample, algo_config: Any) -> Any:
+        if algo_config.policy_loss_fn != "grpo":
+            raise ValueError(f"packed loss implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}")
+        logps, entropy = packed_per_token_logps(
+            model, train_example, temperature=algo_config.temperature, attention=attention, block=block
+        )
+        return grpo_loss_from_logps(logps, entropy, train_example, algo_config)
+
+    return loss_fn
