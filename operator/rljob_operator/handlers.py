@@ -37,7 +37,8 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: 
 def create(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Create the ConfigMap and JobSet once (resume: resync only)."""
     with memo.metrics.reconcile("create", error_kind):
-        reconcile.ensure_children(memo.kube, body)
+        if reconcile.ensure_children(memo.kube, body) == "invalid":
+            memo.metrics.error("invalid_spec")
 
 
 @kopf.on.update(*RLJOB, field="spec.suspend")

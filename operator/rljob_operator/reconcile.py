@@ -80,14 +80,21 @@ def sync_status(
     raise kopf.TemporaryError(f"status of {ns}/{name} kept conflicting", delay=1)
 
 
-def ensure_children(kube: Kube, body: Mapping[str, Any], *, post: Post = post_event) -> None:
-    """On create/resume: create the ConfigMap and JobSet once, or re-read them; never after a terminal state."""
+def ensure_children(kube: Kube, body: Mapping[str, Any], *, post: Post = post_event) -> str:
+    """On create/resume: create the ConfigMap and JobSet once, or re-read them; never after a terminal state.
+
+    Returns what it did: ``terminal`` (nothing), ``invalid`` (status Failed/InvalidSpec, nothing created),
+    ``resynced`` (created earlier; status refreshed), ``created`` or ``existed`` (an earlier attempt had
+    created both).
+    """
     raw = _plain(body)
     meta = raw["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
     status = raw.get("status") or {}
     if is_terminal(status):
-        return  # finished: whatever happened to the JobSet since (e.g. its TTL), nothing is recreated
+        return (
+            "terminal"  # finished: whatever happened to the JobSet since (e.g. its TTL), nothing is recreated
+        )
     try:
         job = parse_rljob(raw)
     except RLJobError as exc:
@@ -95,10 +102,10 @@ def ensure_children(kube: Kube, body: Mapping[str, Any], *, post: Post = post_ev
         kube.patch_rljob_status(ns, name, update.status, meta["resourceVersion"])
         for event in update.events:
             post(raw, event)
-        return
+        return "invalid"
     if status.get("jobSetName"):  # created before this operator (re)started: only resync the status
         sync_status(kube, ns, name, kube.get_jobset(ns, status["jobSetName"]), post=post, owner_uid=uid)
-        return
+        return "resynced"
     config_map, jobset = render_objects(job)
     kopf.adopt([config_map, jobset], owner=raw)
     created = []
@@ -119,6 +126,7 @@ def ensure_children(kube: Kube, body: Mapping[str, Any], *, post: Post = post_ev
             ),
         )
     sync_status(kube, ns, name, jobset, post=post, owner_uid=uid)
+    return "created" if created else "existed"
 
 
 def toggle_suspend(kube: Kube, body: Mapping[str, Any], suspend: bool) -> None:

@@ -29,12 +29,14 @@ def _post(events: list[Event]):
 
 def _create(kube: FakeKube, events: list[Event], manifest: dict[str, Any]) -> dict[str, Any]:
     body = kube.add_rljob(manifest)
-    reconcile.ensure_children(kube, body, post=_post(events))
+    outcome = reconcile.ensure_children(kube, body, post=_post(events))
+    body["outcome"] = outcome
     return body
 
 
 def test_create_makes_configmap_then_jobset_owned(kube, events):
-    _create(kube, events, make_rljob("x").tpu("tpu-v6e-slice", "4x4").slices(2).manifest())
+    body = _create(kube, events, make_rljob("x").tpu("tpu-v6e-slice", "4x4").slices(2).manifest())
+    assert body["outcome"] == "created"
     assert [c[:2] for c in kube.calls if c[0] == "create"] == [("create", "ConfigMap"), ("create", "JobSet")]
     js = kube.get_jobset("default", "x")
     ref = js["metadata"]["ownerReferences"][0]
@@ -50,7 +52,8 @@ def test_create_makes_configmap_then_jobset_owned(kube, events):
 def test_create_twice_is_success_and_creates_nothing_new(kube, events):
     body = _create(kube, events, make_rljob("x").manifest())
     kube.objects[("RLJob", "default", "x")].pop("status")  # as if the status write had been lost
-    reconcile.ensure_children(kube, kube.get_rljob("default", "x") or body, post=_post(events))
+    again = reconcile.ensure_children(kube, kube.get_rljob("default", "x") or body, post=_post(events))
+    assert again == "existed"
     assert [e.reason for e in events] == ["Created"], "no second Created event"
     assert kube.rljob_status()["phase"] == "Pending"
 
@@ -76,7 +79,7 @@ def test_resume_after_terminal_recreates_nothing(kube, events):
     del kube.objects[("JobSet", "default", "x")]  # TTL
     reconcile.on_jobset_event(kube, "DELETED", js, post=_post(events))
     kube.calls.clear()
-    reconcile.ensure_children(kube, kube.get_rljob("default", "x"), post=_post(events))
+    assert reconcile.ensure_children(kube, kube.get_rljob("default", "x"), post=_post(events)) == "terminal"
     assert kube.calls == [] and kube.get_jobset("default", "x") is None
     assert kube.rljob_status()["phase"] == "Succeeded"
     assert [e.reason for e in events] == ["Created", "Succeeded"]
@@ -93,7 +96,7 @@ def test_resume_with_jobset_gone_before_finishing_fails(kube, events):
 def test_invalid_spec_fails_and_creates_nothing(kube, events):
     m = make_rljob("x").manifest()
     m["spec"]["tpu"]["topology"] = "3x3"  # CEL would refuse it; the operator defends anyway
-    _create(kube, events, m)
+    assert _create(kube, events, m)["outcome"] == "invalid"
     assert not [c for c in kube.calls if c[0] == "create"]
     st = kube.rljob_status()
     assert st["phase"] == "Failed"
