@@ -101,3 +101,92 @@ def grpo_config(**overrides: Any) -> Any:
     cfg = GRPOConfig(num_generations=2, beta=0.04, epsilon=0.2, **overrides)
     cfg.temperature = 0.9
     return cfg
+
+
+class TinyTokenizer:
+    """Byte tokenizer with Tunix's duck-typed interface; ids 0/1/2 are pad/EOS/BOS."""
+
+    def encode(self, text: str, **_: Any) -> list[int]:
+        return [3 + (ord(c) % (VOCAB - 3)) for c in text]
+
+    def decode(self, ids: Any, **_: Any) -> str:
+        return "".join(chr(32 + (i % 90)) for i in np.asarray(ids).reshape(-1).tolist() if i > 2)
+
+    def bos_id(self) -> int:
+        return 2
+
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    def pad_id(self) -> int:
+        return PAD_ID
+
+
+def tiny_cluster(
+    family: str = "qwen3",
+    *,
+    max_prompt: int,
+    max_completion: int,
+    mini_batch: int | None = None,
+    micro_batch: int | None = None,
+    beta: float = 0.0,
+    optimizer: Any = None,
+    seed: int = 0,
+    max_steps: int = 100,
+) -> Any:
+    """A Tunix ``RLCluster`` on CPU with a tiny model and the vanilla rollout (actor = rollout weights).
+
+    Follows the recipe in ``shared/reference/packing.md``: a plain ``Mesh``, the pad id among the EOS
+    ids, a fixed rollout seed. ``optimizer`` defaults to SGD so packed/unpacked parameter comparisons
+    are not distorted by Adam's normalisation of near-zero gradients.
+    """
+    import jax
+    import optax
+    from flax import nnx
+    from tunix.rl import rl_cluster as rl_cluster_lib
+    from tunix.rl.rollout import base_rollout
+
+    Role = rl_cluster_lib.Role
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    def on_mesh(model: Any) -> Any:
+        # Already on the cluster's mesh, so RLCluster does not reshard (and donate) the weights the
+        # vanilla sampler has captured.
+        nnx.update(model, jax.device_put(nnx.state(model), replicated))
+        return model
+
+    actor = on_mesh(tiny_model(family, seed=seed))
+    reference = on_mesh(tiny_model(family, seed=seed)) if beta else None
+    training = rl_cluster_lib.RLTrainingConfig(
+        actor_optimizer=optimizer or optax.sgd(1e-2),
+        eval_every_n_steps=1_000_000_000,
+        max_steps=max_steps,
+        mini_batch_size=mini_batch,
+        train_micro_batch_size=micro_batch,
+        pbar_description=None,
+    )
+    rollout = base_rollout.RolloutConfig(
+        max_tokens_to_generate=max_completion,
+        max_prompt_length=max_prompt,
+        kv_cache_size=max_prompt + max_completion,
+        temperature=0.9,
+        top_p=1.0,
+        top_k=None,
+        eos_tokens=[EOS_ID, PAD_ID],
+        seed=seed,  # an int: a key array would be donated by the first generate call
+    )
+    config = rl_cluster_lib.ClusterConfig(
+        role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
+        rollout_engine="vanilla",
+        offload_to_cpu=False,
+        training_config=training,
+        rollout_config=rollout,
+    )
+    return rl_cluster_lib.RLCluster(actor=actor, reference=reference, tokenizer=TinyTokenizer(),
+                                    cluster_config=config)
+
+
+def length_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+    """A deterministic reward that varies across a group: shorter completions score higher."""
+    return [1.0 / (1 + len(c)) + 0.01 * (sum(map(ord, c)) % 7) for c in completions]

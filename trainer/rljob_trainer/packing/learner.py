@@ -1,0 +1,172 @@
+"""``PackedGRPOLearner``: Tunix's GRPO learner with packing owned by us, overriding only two things.
+
+1. ``_process_accumulated_batches``: after Tunix has produced the micro-batch ``TrainExample``s
+   (rollout, rewards, advantages, reference/old log-probs: all unchanged), each one is packed into one
+   ``[rows, row_len]`` ``PackedTrainExample``. Packing happens per micro-batch, the unit Tunix's loss
+   aggregates over and ``optax.MultiSteps`` accumulates, so mini-batches, gradient accumulation and the
+   number of optimizer updates are exactly the unpacked ones.
+2. The actor trainer's loss fn: ``loss.make_packed_grpo_loss_fn`` (one forward/backward over all rows,
+   Tunix's GRPO aggregation on ``[B, Tc]``).
+
+Tunix's own ``max_seq_token_per_tpu`` must stay unset: its ``pack_sequences`` (next-fit, one row per
+micro-step and optimizer update, silent drop of long sequences) would run on top of ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.grpo.grpo_learner import GRPOLearner
+
+from rljob_trainer.packing.adapter import resolve_attention
+from rljob_trainer.packing.example import PackedTrainExample, pack_train_example
+from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
+from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class PackingStats:
+    """Running packing figures, for the console and metrics."""
+
+    micro_batches: int = 0
+    sequences: int = 0
+    real_tokens: int = 0
+    rows_used: int = 0
+    rows_padded: int = 0
+    row_len: int = 0
+    last_utilization: float = 0.0
+
+    def add(self, plan: RowPlan) -> None:
+        self.micro_batches += 1
+        self.sequences += int(plan.length.size)
+        self.real_tokens += plan.real_tokens
+        self.rows_used += plan.rows_used
+        self.rows_padded += plan.num_rows
+        self.row_len = plan.row_len
+        self.last_utilization = plan.utilization
+
+    @property
+    def utilization(self) -> float:
+        """Real tokens / slots of the used rows, over all micro-batches so far (goal >= 0.97)."""
+        return self.real_tokens / max(1, self.rows_used * self.row_len)
+
+    @property
+    def padded_utilization(self) -> float:
+        """Real tokens / slots of all rows incl. the bucket's empty ones (what the compute sees)."""
+        return self.real_tokens / max(1, self.rows_padded * self.row_len)
+
+
+def check_row_length(row_len: int, max_sequence: int) -> None:
+    """Startup check: a row must hold the longest prompt+completion (``maxTargetLength``)."""
+    if row_len < max_sequence:
+        raise RowTooShortError(
+            f"{ROW_FIELD}={row_len} is shorter than the longest sequence the rollout can produce "
+            f"({max_sequence} = max prompt + max completion tokens, spec.maxTargetLength); set it >= that"
+        )
+
+
+def pick_attention_block(row_len: int, preferred: int = 128) -> int:
+    """Largest power of two <= ``preferred`` dividing ``row_len`` (>= 8), else raise."""
+    block = preferred
+    while block >= 8:
+        if row_len % block == 0:
+            return block
+        block //= 2
+    raise ValueError(f"{ROW_FIELD}={row_len} must be a multiple of 8 for block-sparse packed attention")
+
+
+class PackedGRPOLearner(GRPOLearner):
+    """GRPO learner that trains on packed rows with the unpacked step's exact optimizer updates.
+
+    Args beyond ``GRPOLearner``'s:
+      row_tokens: tokens per packed row (``spec.packing.maxSeqTokenPerTpu``).
+      attention: ``auto`` (splash on TPU flash models, block-sparse for qwen3/qwen2/llama3, else a dense
+        segment mask), or one of ``splash`` / ``blocked`` / ``dense``.
+      attention_block: preferred block size of the block-sparse attention.
+      row_multiple: rows per micro-batch are a multiple of this (the data-parallel width).
+    """
+
+    def __init__(
+        self,
+        rl_cluster: rl_cluster_lib.RLCluster,
+        algo_config: Any,
+        reward_fns: Any,
+        *,
+        row_tokens: int,
+        attention: str = "auto",
+        attention_block: int = 128,
+        row_multiple: int = 1,
+        metric_fns: Sequence[Any] | None = None,
+        data_shuffle_seed: int | None = None,
+    ):
+        training_config = rl_cluster.cluster_config.training_config
+        if training_config.max_seq_token_per_tpu is not None:
+            raise ValueError(
+                "PackedGRPOLearner owns packing: leave Tunix's training_config.max_seq_token_per_tpu unset"
+            )
+        if algo_config.policy_loss_fn != "grpo":
+            raise ValueError(f"packing implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}")
+        rollout_configs = rl_cluster.cluster_config.rollout_config
+        for cfg in rollout_configs.values() if isinstance(rollout_configs, dict) else [rollout_configs]:
+            check_row_length(row_tokens, cfg.max_prompt_length + cfg.max_tokens_to_generate)
+        super().__init__(rl_cluster=rl_cluster, algo_config=algo_config, reward_fns=reward_fns,
+                         metric_fns=metric_fns, data_shuffle_seed=data_shuffle_seed)
+        self.row_len = row_tokens
+        self.row_multiple = row_multiple
+        self.attention = resolve_attention(rl_cluster.actor_trainer.model, attention)  # type: ignore[arg-type]
+        self.attention_block = 0
+        if self.attention == "blocked":
+            try:
+                self.attention_block = pick_attention_block(row_tokens, attention_block)
+            except ValueError:
+                if attention != "auto":
+                    raise
+                log.warning("%s=%d is not a multiple of 8: packed attention falls back to a dense mask",
+                            ROW_FIELD, row_tokens)
+                self.attention = "dense"
+        log.info("packing: rows of %d tokens, %s attention (block %d)", row_tokens, self.attention,
+                 self.attention_block)
+        self.packing_stats = PackingStats()
+        self.rl_cluster.actor_trainer.with_loss_fn(
+            make_packed_grpo_loss_fn(attention=self.attention, block=self.attention_block), has_aux=True
+        )
+
+    def pack(self, example: Any) -> tuple[PackedTrainExample, RowPlan]:
+        """Pack one micro-batch ``TrainExample`` the way training does."""
+        return pack_train_example(
+            example,
+            self.row_len,
+            pad_id=self.rl_cluster.rollout.pad_id(),
+            attention_block=self.attention_block if self.attention == "blocked" else None,
+            row_multiple=self.row_multiple,
+        )
+
+    def _process_accumulated_batches(
+        self,
+        micro_batches: list[Any],
+        micro_batch_sizes: list[int],
+        mode: rl_cluster_lib.Mode,
+    ) -> list[Any]:
+        produced = super()._process_accumulated_batches(micro_batches, micro_batch_sizes, mode)
+        packed = []
+        for example in produced:
+            ex, plan = self.pack(example)
+            packed.append(ex)
+            if mode == rl_cluster_lib.Mode.TRAIN:
+                self.packing_stats.add(plan)
+            self.rl_cluster.buffer_metrics(
+                {
+                    "packing/row_utilization": (plan.utilization, np.mean),
+                    "packing/padded_row_utilization": (plan.padded_utilization, np.mean),
+                    "packing/rows": (plan.num_rows, np.mean),
+                },
+                mode=mode,
+            )
+        return packed
