@@ -7,6 +7,8 @@ with the JobSet's failure policy:
 * 2: bad config (invalid RLJob, unknown model family/size, missing checkpoint, row too short, engine not
   usable here). Not retryable: every line on stderr names the field (``spec.model.checkpointPath: ...``).
 * 1: anything else (a crash, a preempted host, ...). Retryable.
+* 143: stopped by SIGTERM after finishing the step and saving a checkpoint (docs/observability.md).
+  Retryable: the restarted trainer resumes from that checkpoint.
 
 All configuration checks run before JAX or Tunix is imported, so a bad config fails in about a second.
 """
@@ -20,6 +22,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
@@ -27,9 +30,13 @@ from rljob_trainer import models, rollout
 from rljob_trainer.progress import ConsoleProgress, StepCallback, StepRecorder, summary
 from rljob_trainer.task import EmitTask
 
+if TYPE_CHECKING:  # importing the bridge imports JAX and Tunix: only when training
+    from rljob_trainer import tunix_bridge
+
 EXIT_OK = 0
 EXIT_RETRYABLE = 1
 EXIT_BAD_CONFIG = 2
+EXIT_PREEMPTED = 143  # issue 6: stopped by SIGTERM after checkpointing (rljob_trainer.checkpoint)
 DEFAULT_CONFIG = "/etc/rljob/rljob.yaml"
 
 
@@ -83,14 +90,16 @@ def preflight(job: RLJob, task: EmitTask) -> list[str]:
     return errors
 
 
-def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> StepRecorder:
-    """Build the Tunix trainer for ``job`` and run it; returns the recorder with every StepReport.
+def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_bridge.TunixRun:
+    """Build the Tunix trainer for ``job`` and run it; returns the run (its recorder holds every StepReport,
+    its cluster the trained actor).
 
     Raises RLJobError for config problems found while building (e.g. the engine needs another backend).
     """
-    import jax
+    from rljob_trainer import checkpoint, distributed, metrics, tunix_bridge
 
-    from rljob_trainer import tunix_bridge
+    procs = distributed.initialize()  # issue 6: join the other hosts before any JAX computation
+    import jax
 
     spec = job.spec
     backend_errors = rollout.check_backend(spec, jax.default_backend())
@@ -99,9 +108,13 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> StepRecord
     task = EmitTask(seed=spec.grpo.seed, batch_size=spec.grpo.batchSize)
     recorder = StepRecorder(max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0,
                             callbacks=callbacks)
+    telemetry = metrics.start(job, procs.index, recorder)  # issue 6: /metrics on every host
+    ckpt = checkpoint.for_job(job, recorder, telemetry)  # issue 6: saves every N steps and on SIGTERM
     run = tunix_bridge.build(spec, task.reward_fns(), recorder)
-    run.train(task.batches(0, spec.grpo.maxSteps))
-    return recorder
+    start = ckpt.resume(run)  # newest readable checkpoint (0: none)
+    run.train(task.batches(start, spec.grpo.maxSteps))
+    ckpt.close()
+    return run
 
 
 def _configure_logging() -> None:
@@ -138,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     callbacks: list[StepCallback] = [] if args.quiet else [ConsoleProgress(every=args.log_every)]
     started = time.perf_counter()
     try:
-        recorder = train(job, callbacks)
+        run = train(job, callbacks)
     except RLJobError as exc:
         print(exc, file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -148,5 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         traceback.print_exc()
         return EXIT_RETRYABLE
-    print(f"done: {summary(recorder.reports)}; wall {time.perf_counter() - started:.1f}s", flush=True)
+    if run.recorder.stop_requested:  # SIGTERM: the checkpoint is saved; a restart resumes from it
+        print(f"stopped by SIGTERM after {len(run.recorder.reports)} steps; exit {EXIT_PREEMPTED}", flush=True)
+        return EXIT_PREEMPTED
+    print(f"done: {summary(run.recorder.reports)}; wall {time.perf_counter() - started:.1f}s", flush=True)
     return EXIT_OK

@@ -69,7 +69,7 @@ FAMILIES: dict[str, Family] = {
         params_module="tunix.models.gemma3.params_safetensors",
         sizes={"270m": "gemma3_270m", "1b": "gemma3_1b_pt", "4b": "gemma3_4b_pt", "12b": "gemma3_12b_pt",
                "27b": "gemma3_27b_pt"},
-        tiny={**_TINY_COMMON, "num_embed": task.VOCAB_SIZE},
+        tiny={**_TINY_COMMON, "num_embed": task.VOCAB_SIZE, "sliding_window_size": 512},
     ),
 }
 
@@ -112,7 +112,12 @@ def model_config(model: ModelSpec) -> Any:
     family = FAMILIES[model.family]
     config_cls = importlib.import_module(family.module).ModelConfig
     if model.size == TINY:
-        return config_cls(**family.tiny)
+        import jax.numpy as jnp
+
+        kwargs = dict(family.tiny)
+        if "param_dtype" in config_cls.__dataclass_fields__:  # gemma3 defaults to bfloat16; the demo is fp32
+            kwargs["param_dtype"] = jnp.float32
+        return config_cls(**kwargs)
     return getattr(config_cls, family.sizes[model.size])()
 
 

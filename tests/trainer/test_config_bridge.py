@@ -1,0 +1,170 @@
+"""RLJob spec -> Tunix configs, the learner choice, the synthetic task and the per-step report math."""
+
+from __future__ import annotations
+
+import copy
+import io
+import sys
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+from rljob_trainer import models, progress, task
+from rljob_trainer.main import parse_args, preflight
+
+from rljob.api import parse_rljob
+from rljob.api.spec import RLJobSpec
+
+BASE: dict[str, Any] = {
+    "apiVersion": "rljob.dev/v1alpha1",
+    "kind": "RLJob",
+    "metadata": {"name": "t"},
+    "spec": {
+        "image": "img",
+        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
+        "maxPrefillPredictLength": 16,
+        "maxTargetLength": 64,
+    },
+}
+
+
+def spec(**sections: dict[str, Any]) -> RLJobSpec:
+    doc = copy.deepcopy(BASE)
+    doc["spec"].update(sections)
+    return parse_rljob(doc).spec
+
+
+@pytest.fixture(scope="module")
+def bridge() -> types.ModuleType:
+    pytest.importorskip("tunix")
+    from rljob_trainer import tunix_bridge
+
+    return tunix_bridge
+
+
+def test_lengths_and_updates(bridge: types.ModuleType) -> None:
+    s = spec(grpo={"batchSize": 8, "miniBatchSize": 4, "microBatchSize": 2, "numIterations": 3, "maxSteps": 5})
+    n = bridge.lengths(s)
+    assert (n.prompt, n.completion, n.total) == (16, 48, 64)
+    assert bridge.updates_per_step(s) == 2 * 3
+    tc = bridge.training_config(s)
+    assert tc.max_steps == 5 * 6  # Tunix counts optimizer updates, the RLJob counts global steps
+    assert (tc.mini_batch_size, tc.train_micro_batch_size, tc.gradient_accumulation_steps) == (4, 2, 2)
+    assert tc.max_seq_token_per_tpu is None  # never Tunix's own pack_sequences
+
+
+def test_defaults_are_one_update_per_step(bridge: types.ModuleType) -> None:
+    s = spec(grpo={"batchSize": 8})
+    tc = bridge.training_config(s)
+    assert bridge.updates_per_step(s) == 1
+    assert (tc.mini_batch_size, tc.train_micro_batch_size, tc.max_steps) == (8, 8, 100)
+
+
+def test_grpo_config(bridge: types.ModuleType) -> None:
+    g = bridge.grpo_config(spec(grpo={"numGenerations": 6, "beta": 0.0, "epsilon": 0.3, "numIterations": 2}))
+    assert (g.num_generations, g.beta, g.epsilon, g.num_iterations) == (6, 0.0, 0.3, 2)
+
+
+def test_mesh_is_plain_and_covers_all_devices(bridge: types.ModuleType) -> None:
+    import jax
+
+    mesh = bridge.make_mesh()
+    assert mesh.axis_names == ("fsdp", "tp")
+    assert mesh.devices.size == len(jax.devices())
+
+
+def test_unpacked_spec_uses_tunix_grpo(bridge: types.ModuleType) -> None:
+    from tunix.rl.grpo import grpo_learner
+
+    assert bridge.learner_class(spec()) == (grpo_learner.GRPOLearner, {})
+
+
+def test_packed_spec_uses_the_packing_learner(bridge: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("rljob_trainer.packing")
+    fake.PackedGRPOLearner = type("PackedGRPOLearner", (), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "rljob_trainer.packing", fake)
+    monkeypatch.setattr("rljob_trainer.packing", fake, raising=False)
+    cls, extra = bridge.learner_class(spec(packing={"maxSeqTokenPerTpu": 256}))
+    assert cls is fake.PackedGRPOLearner
+    assert extra == {"row_tokens": 256}
+
+
+def test_packed_spec_without_packing_learner_trains_unpacked(bridge: types.ModuleType,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunix.rl.grpo import grpo_learner
+
+    empty = types.ModuleType("rljob_trainer.packing")
+    monkeypatch.setitem(sys.modules, "rljob_trainer.packing", empty)
+    monkeypatch.setattr("rljob_trainer.packing", empty, raising=False)
+    assert bridge.learner_class(spec(packing={"maxSeqTokenPerTpu": 256}))[0] is grpo_learner.GRPOLearner
+
+
+def test_tiny_models_build_for_every_supported_family(bridge: types.ModuleType) -> None:
+    for family in ("qwen3", "qwen2", "llama3"):
+        s = spec(model={"family": family, "size": "tiny"})
+        cfg = models.model_config(s.model)
+        assert cfg.num_layers == 2 and cfg.embed_dim == 64
+
+
+@pytest.mark.parametrize(("family", "size"), [(f, s) for f, fam in models.FAMILIES.items() for s in fam.sizes])
+def test_every_named_size_is_a_tunix_config(bridge: types.ModuleType, family: str, size: str) -> None:
+    s = spec(model={"family": family, "size": size, "checkpointPath": "gs://b/w"})
+    assert models.check_model_spec(s.model) == []
+    assert models.model_config(s.model).num_layers > 2
+
+
+def test_rollout_seed_is_a_pure_function_of_seed_step_call(bridge: types.ModuleType) -> None:
+    learner = bridge._Instrumented()
+    learner.base_seed = 42
+    seeds = {learner.rollout_seed(step, call) for step in range(1, 50) for call in range(3)}
+    assert len(seeds) == 49 * 3
+    assert learner.rollout_seed(7, 0) == learner.rollout_seed(7, 0)
+
+
+def test_task_data_is_addressed_by_step() -> None:
+    t = task.EmitTask(seed=3, batch_size=4, targets="abc")
+    resumed = list(t.batches(5, 8))
+    full = list(t.batches(0, 8))[5:]
+    for a, b in zip(resumed, full, strict=True):
+        assert (a["prompts"] == b["prompts"]).all()
+    assert isinstance(full[0]["prompts"], np.ndarray)
+
+
+def test_tokenizer_and_reward() -> None:
+    tok = task.CharTokenizer()
+    ids = tok.encode("emit a:")
+    assert tok.decode([task.BOS_ID, *ids, task.EOS_ID, task.PAD_ID]) == "emit a:"
+    assert tok.decode([200]) == "?"
+    assert task.emit_reward(["p"] * 3, ["aaaa", "abab", ""], target=["a", "a", "a"]) == [1.0, 0.5, 0.0]
+
+
+def test_preflight_is_clean_for_the_example() -> None:
+    from rljob.api import load_rljob
+
+    job = load_rljob("examples/tiny-cpu.yaml")
+    assert preflight(job, task.EmitTask(seed=0, batch_size=1)) == []
+
+
+def test_cli_overrides_parse() -> None:
+    a = parse_args(["--config", "x.yaml", "--max-steps", "3", "--metrics-port", "9999", "--workdir", "/w"])
+    assert (a.config, a.max_steps, a.metrics_port, a.workdir) == ("x.yaml", 3, 9999, "/w")
+
+
+def test_step_report_math_and_console_line() -> None:
+    seen: list[progress.StepReport] = []
+    rec = progress.StepRecorder(max_steps=2, packed=True, callbacks=[seen.append])
+    rec.begin(1)
+    with rec.phase("rollout"):
+        pass
+    rec.add_rewards(np.array([0.0, 1.0]))
+    rec.add_rewards(np.array([0.5, 0.5]))
+    rec.add_tokens(real=90, slots=100)
+    report = rec.finish()
+    assert report is not None and seen == [report]
+    assert report.reward_mean == 0.5 and report.padding_tokens == 10 and report.utilization == 0.9
+    assert rec.finish() is None  # nothing running
+    out = io.StringIO()
+    progress.ConsoleProgress(stream=out)(report)
+    line = out.getvalue()
+    assert "step    1/2" in line and "reward 0.500" in line and "packing util  90.0%" in line
