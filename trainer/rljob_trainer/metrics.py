@@ -18,6 +18,7 @@ No JAX import at module level: building the registry is cheap and works in tests
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata
 import math
 import os
@@ -61,6 +62,8 @@ PHASE_LABELS = {"rollout": "rollout", "reference": "ref_inference", "old_logps":
 DEFAULT_STALL_THRESHOLD_SECONDS = 1800.0
 STALL_THRESHOLD_ENV = "RLJOB_STALL_THRESHOLD_SECONDS"
 """Minimum stall threshold; the exported threshold also grows to cover the longest step + checkpoint."""
+LINGER_ENV = "RLJOB_METRICS_LINGER_SECONDS"
+"""Seconds to keep serving /metrics after training ends (default 0), so the last scrape sees the end."""
 
 
 def versions() -> dict[str, str]:
@@ -233,3 +236,28 @@ class MetricsServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+_servers: list[MetricsServer] = []
+
+
+def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") -> TrainerMetrics:
+    """Metrics for ``job`` (an RLJob) on this process: served on ``spec.metrics.port`` right away (so a
+    long first compile is already visible), fed by ``recorder``'s step reports and by JAX's compile events.
+    """
+    spec = job.spec
+    metrics = TrainerMetrics(rljob=job.metadata.name, process=process_index,
+                             baseline_seconds=spec.metrics.stepTimeBaselineSeconds, max_steps=spec.grpo.maxSteps)
+    metrics.watch_compiles()
+    _servers.append(MetricsServer(metrics, spec.metrics.port, addr=addr))
+    recorder.callbacks.append(metrics)
+    linger = float(os.environ.get(LINGER_ENV, "0") or 0)
+    if linger > 0:  # keep serving the final values for one more scrape before the process exits
+        atexit.register(time.sleep, linger)
+    return metrics
+
+
+def close_servers() -> None:
+    """Stop every server ``start`` opened (in-process tests; a trainer process just exits)."""
+    while _servers:
+        _servers.pop().close()

@@ -1,0 +1,95 @@
+"""Multi-host start: one JAX process per host, joined with ``jax.distributed.initialize()``.
+
+Three ways a trainer starts, picked from the environment (``initialize`` must run before any JAX
+computation, so ``main.train`` calls it first):
+
+* explicit, ``RLJOB_COORDINATOR`` set (``host:port`` of process 0's coordinator) with
+  ``RLJOB_NUM_PROCESSES`` and ``RLJOB_PROCESS_ID``: any non-TPU cluster, and the two-process CPU test on
+  loopback. CPU collectives across processes use gloo (JAX's default).
+* GKE TPU: GKE's TPU webhook injects ``TPU_WORKER_HOSTNAMES``/``TPU_WORKER_ID`` into Indexed Job pods
+  (and JobSet multislice adds ``MEGASCALE_*``); ``jax.distributed.initialize()`` with no arguments reads
+  them. The operator deliberately sets no ``JAX_COORDINATOR_ADDRESS`` (see rljob_operator/env.py).
+* otherwise a single process: nothing to initialize.
+
+After it, every process serves its own metrics (label ``process``), all processes take part in
+checkpoint saves, and process 0 alone writes checkpoint metadata and logs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ENV_COORDINATOR = "RLJOB_COORDINATOR"
+ENV_NUM_PROCESSES = "RLJOB_NUM_PROCESSES"
+ENV_PROCESS_ID = "RLJOB_PROCESS_ID"
+TPU_ENV = "TPU_WORKER_HOSTNAMES"
+
+
+@dataclass(frozen=True)
+class Processes:
+    index: int
+    count: int
+    mode: str  # "explicit", "tpu" or "single"
+
+
+def mode(environ: dict[str, str] | None = None) -> str:
+    """Which start applies to this environment (pure: no JAX import)."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV_COORDINATOR):
+        return "explicit"
+    if env.get(TPU_ENV):
+        return "tpu"
+    return "single"
+
+
+def explicit_args(environ: dict[str, str] | None = None) -> dict[str, object]:
+    """``jax.distributed.initialize`` kwargs from the RLJOB_* variables; ValueError naming a bad one."""
+    env = os.environ if environ is None else environ
+    try:
+        count = int(env[ENV_NUM_PROCESSES])
+        index = int(env[ENV_PROCESS_ID])
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"{ENV_COORDINATOR} is set, so {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID} must be "
+                         f"integers ({exc})") from None
+    if not 0 <= index < count:
+        raise ValueError(f"{ENV_PROCESS_ID}={index} is outside 0..{ENV_NUM_PROCESSES}-1 ({count - 1})")
+    return {"coordinator_address": env[ENV_COORDINATOR], "num_processes": count, "process_id": index}
+
+
+def initialize() -> Processes:
+    """Join the other processes (if any); safe to call twice."""
+    import jax
+
+    how = mode()
+    if how != "single" and not jax.distributed.is_initialized():
+        if how == "explicit":
+            jax.distributed.initialize(**explicit_args())  # type: ignore[arg-type]
+        else:
+            jax.distributed.initialize()
+    return Processes(index=jax.process_index(), count=jax.process_count(), mode=how)
+
+
+def process_index() -> int:
+    """This process's index without starting a backend when JAX was never initialized here."""
+    if mode() == "explicit":
+        return int(os.environ.get(ENV_PROCESS_ID, "0"))
+    import jax
+
+    return jax.process_index()
+
+
+def any_process(flag: bool) -> bool:
+    """True on every process when ``flag`` is true on at least one (a tiny all-gather; local when alone).
+
+    Why: SIGTERM reaches hosts at slightly different moments; all of them must stop after the same step,
+    or the checkpoint save (a collective) would hang.
+    """
+    import jax
+
+    if jax.process_count() == 1:
+        return flag
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.array([flag], dtype=np.int32))))
