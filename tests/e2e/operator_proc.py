@@ -3,7 +3,8 @@
 The reliability tests (``tests/e2e/test_reliability_*.py``) and ``bench/burst.py`` need what the operator's
 own e2e fixture does not offer: several operators at once (peering), ``kill -9`` instead of a clean stop,
 the peak RSS of the process, and one metric's value. Each operator watches the namespaces it is given (no
-globs by default), so a test's operator never touches another suite's objects.
+globs by default), so a test's operator never touches another suite's objects. ``children_problems`` and
+``status_problems`` state what "the operator got it right" means, for every test that breaks something.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from tests.e2e.kube import kubectl, wait_for
+from rljob_operator.names import LABEL_NAME
+from rljob_operator.status import compute_status
+
+from rljob.api import parse_rljob
+from tests.e2e.kube import kubectl, kubectl_json, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "rljob.dev_rljobs.yaml"
@@ -189,3 +196,75 @@ class OperatorProcess:
         if not self.logs or not self.logs[-1].exists():
             return ""
         return "\n".join(self.logs[-1].read_text(errors="replace").splitlines()[-lines:])
+
+
+# --- checks on what the operator produced ---------------------------------------------------------------
+
+
+def _by_uid(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["uid"]: o for o in items}
+
+
+def _controller_uid(obj: dict[str, Any]) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def children_problems(ns: str, expected: set[str] | None = None) -> list[str]:
+    """What is wrong with the RLJobs' children in ``ns``: every RLJob must control exactly one JobSet and
+    one ConfigMap (no duplicates), and every JobSet or ConfigMap of ours must be controlled by an RLJob that
+    exists (no orphans). With ``expected``, the RLJobs must be exactly those names. [] means all good."""
+    rljobs = kubectl_json("get", "rljobs", "-n", ns)["items"]
+    jobsets = kubectl_json("get", "jobsets", "-n", ns)["items"]
+    config_maps = kubectl_json("get", "configmaps", "-n", ns, "-l", LABEL_NAME)["items"]
+    problems: list[str] = []
+    names = {r["metadata"]["name"] for r in rljobs}
+    if expected is not None and names != expected:
+        problems.append(f"RLJobs: missing {sorted(expected - names)}, unexpected {sorted(names - expected)}")
+    owners = _by_uid(rljobs)
+    for kind, children in (("JobSet", jobsets), ("ConfigMap", config_maps)):
+        per_owner: dict[str, list[str]] = {uid: [] for uid in owners}
+        for child in children:
+            uid = _controller_uid(child)
+            if uid not in owners:
+                problems.append(f"orphan {kind} {child['metadata']['name']} (controller {uid})")
+            else:
+                per_owner[uid].append(child["metadata"]["name"])
+        for uid, kids in per_owner.items():
+            if len(kids) != 1:
+                problems.append(
+                    f"RLJob {owners[uid]['metadata']['name']} controls {len(kids)} {kind}s: {kids}"
+                )
+    return problems
+
+
+def status_problems(ns: str) -> list[str]:
+    """RLJobs whose status is not what the operator's own pure ``compute_status`` says it should be for
+    their JobSet as it is now (phase, jobSetName, restarts, observedGeneration, condition states). []: all
+    statuses are right."""
+    rljobs = kubectl_json("get", "rljobs", "-n", ns)["items"]
+    jobsets = {j["metadata"]["name"]: j for j in kubectl_json("get", "jobsets", "-n", ns)["items"]}
+    now = datetime.now(UTC)
+    problems: list[str] = []
+    for raw in rljobs:
+        name = raw["metadata"]["name"]
+        have = raw.get("status") or {}
+        if not have.get("phase"):
+            problems.append(f"{name}: no status yet")
+            continue
+        want = compute_status(parse_rljob(raw), jobsets.get(name), now=now).status
+        if _summary(have) != _summary(want):
+            problems.append(f"{name}: status {_summary(have)}, expected {_summary(want)}")
+    return problems
+
+
+def _summary(status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "phase": status.get("phase"),
+        "jobSetName": status.get("jobSetName"),
+        "restarts": status.get("restarts", 0),
+        "observedGeneration": status.get("observedGeneration"),
+        "conditions": {c["type"]: c["status"] for c in status.get("conditions") or []},
+    }
