@@ -129,6 +129,7 @@ class Checkpointer:
     def save(self, step: int, run: Any | None = None) -> bool:
         """Save ``step`` (blocking until written); False when that step is already saved."""
         import orbax.checkpoint as ocp
+        from flax import nnx
 
         run = run if run is not None else self.run
         if self._manager is None or step in self._manager.all_steps():
@@ -136,8 +137,8 @@ class Checkpointer:
         started = time.perf_counter()
         params, opt = self._states(run)
         self._manager.save(step, args=ocp.args.Composite(
-            params=ocp.args.StandardSave(params.to_pure_dict()),
-            optimizer=ocp.args.StandardSave(opt.to_pure_dict()),
+            params=ocp.args.StandardSave(nnx.to_pure_dict(params)),
+            optimizer=ocp.args.StandardSave(nnx.to_pure_dict(opt)),
             meta=ocp.args.JsonSave(self._meta(run, step))), force=True)
         self._manager.wait_until_finished()
         seconds = time.perf_counter() - started
@@ -173,7 +174,7 @@ class Checkpointer:
         from flax import nnx
 
         params, opt = self._states(run)
-        abstract = {k: jax.tree.map(ocp.utils.to_shape_dtype_struct, s.to_pure_dict())
+        abstract = {k: jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(s))
                     for k, s in (("params", params), ("optimizer", opt))}
         restored = self._manager.restore(step, args=ocp.args.Composite(
             params=ocp.args.StandardRestore(abstract["params"]),
