@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Stop the simulated cluster started by up.sh and delete its state, keeping the
+# logs ($RLJOB_CLUSTER_DIR/logs) for post-mortems. Safe to run when nothing runs.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=SCRIPTDIR/lib.sh
+source "${HERE}/lib.sh"
+lock_cluster
+
+# stop NAME -> SIGTERM the recorded pid, SIGKILL after 10 s. Only if the pid still
+# belongs to a process of that binary: a pid file from a crashed run may name a
+# pid that the kernel has since reused for something else.
+stop() {
+  local name="$1" pid bin i
+  pid="$(cat "${PID_DIR}/${name}.pid" 2>/dev/null)" || return 0
+  bin="${name%-controller}"   # jobset-controller runs the `jobset` binary
+  if ! tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null | grep -q "${bin}"; then
+    rm -f "${PID_DIR}/${name}.pid"
+    return 0
+  fi
+  kill -TERM "${pid}" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "${pid}" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "${pid}" 2>/dev/null; then
+    log "${name} (pid ${pid}) ignored SIGTERM; killing"
+    kill -KILL "${pid}" 2>/dev/null || true
+  fi
+  rm -f "${PID_DIR}/${name}.pid"
+  log "stopped ${name}"
+}
+
+if [[ -f "${PID_DIR}/order" ]]; then
+  # Reverse start order: clients (kwok, controllers) before the apiserver, etcd last.
+  tac "${PID_DIR}/order" | while read -r name; do stop "${name}"; done
+fi
+
+if [[ -d "${RLJOB_CLUSTER_DIR}" ]]; then
+  find "${RLJOB_CLUSTER_DIR}" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
+fi
