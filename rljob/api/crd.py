@@ -102,7 +102,11 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     if out.get("type") == "object" and "default" not in out and "required" not in out:
-        out["default"] = {}  # so the apiserver creates the object (and fills its fields' defaults)
+        # So the apiserver creates the object when it is absent. Its fields' defaults are spelled out, not
+        # left to nested defaulting: the apiserver checks a default against the CEL rules as it stands, and
+        # `{}` breaks every rule that reads a field (kube-apiserver 1.36 refuses such a CRD: "no such key").
+        props = out.get("properties", {})
+        out["default"] = {name: sub["default"] for name, sub in props.items() if "default" in sub}
     return {k: out[k] for k in sorted(out, key=lambda k: (_ORDER.get(k, len(_ORDER)), k))}
 
 
