@@ -195,7 +195,9 @@ class Checkpointer:
 
         Returns the step resumed from (0: none found). Unreadable checkpoints are skipped with a warning.
         """
-        self.run, self.recorder = run, recorder
+        self.run = run
+        if recorder is not None:
+            self.recorder = recorder
         for step in self.steps():
             try:
                 meta = self.restore_into(run, step)

@@ -1,0 +1,94 @@
+"""Exact resume with the real trainer (tiny model, CPU, subprocesses).
+
+* SIGTERM mid-run: the trainer finishes the step, saves it, exits 143; the restart resumes from exactly
+  that step and ends with parameters IDENTICAL to an uninterrupted run with the same seed.
+* SIGKILL mid-run (no chance to save): the restart resumes from the last interval checkpoint, losing
+  at most ``interval`` steps, and still ends identical.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.observability import runs
+
+STEPS = 30
+INTERVAL = 5
+STEP_LINE = re.compile(r"^step\s+(\d+)/")
+
+
+def _steps(out: str) -> list[int]:
+    return [int(m.group(1)) for line in out.splitlines() if (m := STEP_LINE.match(line))]
+
+
+def _assert_same_params(a: Path, b: Path, step: int) -> None:
+    pa, pb = runs.load_params(a, step), runs.load_params(b, step)
+    assert pa.keys() == pb.keys() and pa
+    diff = [k for k in pa if not np.array_equal(pa[k], pb[k])]
+    assert not diff, f"parameters differ from the uninterrupted run: {diff[:5]}"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted run: its final checkpoint is the expected result."""
+    tmp = tmp_path_factory.mktemp("reference")
+    config = runs.write(tmp / "rljob.yaml", runs.manifest("ref", STEPS, ckpt_dir=tmp / "ckpt", interval=INTERVAL,
+                                                          port=runs.free_port()))
+    rc, out = runs.run(config, "--log-every", "1")
+    assert rc == 0, out
+    assert _steps(out) == list(range(1, STEPS + 1))
+    return tmp / "ckpt"
+
+
+def _interrupt(tmp: Path, after_step: int, sig: int) -> tuple[Path, Path, int, str]:
+    """Start a run, send ``sig`` once ``after_step`` is printed; returns (config, ckpt dir, rc, output)."""
+    ckpt = tmp / "ckpt"
+    config = runs.write(tmp / "rljob.yaml", runs.manifest("ref", STEPS, ckpt_dir=ckpt, interval=INTERVAL,
+                                                          port=runs.free_port()))
+    proc = runs.start(config)
+    lines: list[str] = []
+    try:
+        assert runs.wait_for_line(proc, f"step {after_step:>4}/", lines, timeout=240), "".join(lines)
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return config, ckpt, proc.returncode, "".join(lines) + rest
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_and_resume_is_exact(tmp_path: Path, reference: Path) -> None:
+    config, ckpt, rc, out = _interrupt(tmp_path, after_step=3, sig=signal.SIGTERM)
+    assert rc == 143, out
+    done = _steps(out)
+    stopped = done[-1]
+    assert 3 <= stopped < STEPS, out
+    assert f"stopped by SIGTERM after {stopped} steps" in out
+    assert (ckpt / str(stopped)).is_dir(), "the SIGTERM step itself was saved: nothing lost"
+
+    rc, out2 = runs.run(config)
+    assert rc == 0, out2
+    assert f"resumed from step {stopped}" in out2
+    assert _steps(out2) == list(range(stopped + 1, STEPS + 1))
+    _assert_same_params(reference, ckpt, STEPS)
+
+
+@pytest.mark.slow
+def test_sigkill_loses_at_most_the_interval_and_resume_is_exact(tmp_path: Path, reference: Path) -> None:
+    config, ckpt, rc, out = _interrupt(tmp_path, after_step=2 * INTERVAL - 2, sig=signal.SIGKILL)
+    assert rc == -signal.SIGKILL, out
+    killed_after = _steps(out)[-1]
+    assert killed_after < STEPS, out
+
+    rc, out2 = runs.run(config)
+    assert rc == 0, out2
+    resumed = int(re.search(r"resumed from step (\d+)", out2).group(1))  # type: ignore[union-attr]
+    assert resumed % INTERVAL == 0 and 0 <= killed_after - resumed < INTERVAL
+    assert _steps(out2) == list(range(resumed + 1, STEPS + 1))
+    _assert_same_params(reference, ckpt, STEPS)
