@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from rljob.api.rules import immutable_violations
 from rljob.api.spec import GROUP, PLURAL, VERSION, RLJobSpec
 from tests.api.cases import BASE, RULE_CASES, manifest
 from tests.api.strategies import rljob_manifests
+from tests.e2e.kube import kubectl
 from tests.e2e.operator_proc import install_crd
 
 pytestmark = pytest.mark.cluster
@@ -48,6 +50,18 @@ def api(cluster: Any) -> Iterator[client.CustomObjectsApi]:
         yield client.CustomObjectsApi(api_client)
     finally:
         api_client.close()
+
+
+@pytest.fixture(scope="module")
+def namespace(cluster: Any) -> Iterator[str]:
+    """One namespace for the whole module (dry runs store nothing; a namespace per case would cost more
+    than the cases). No operator watches it."""
+    name = f"test-reliability-cel-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def server_verdict(api: client.CustomObjectsApi, ns: str, obj: dict[str, Any]) -> str | None:
@@ -323,16 +337,19 @@ def test_reliability_table_covers_every_field() -> None:
 
 
 @pytest.fixture
-def stored(api: client.CustomObjectsApi, namespace: str) -> dict[str, Any]:
-    """The base RLJob, really created (no operator watches this namespace, so nothing else happens)."""
-    return api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, copy.deepcopy(BASE))
+def stored(api: client.CustomObjectsApi, namespace: str) -> Iterator[dict[str, Any]]:
+    """The base RLJob, really created under a fresh name (no operator watches this namespace)."""
+    obj = copy.deepcopy(BASE)
+    obj["metadata"]["name"] = f"stored-{uuid.uuid4().hex[:8]}"
+    yield api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj)
+    api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj["metadata"]["name"])
 
 
 @pytest.mark.parametrize("field", sorted(IMMUTABLE_CHANGES))
 def test_reliability_immutable_field_update_is_refused(
     api: client.CustomObjectsApi, namespace: str, stored: dict[str, Any], field: str
 ) -> None:
-    new = manifest(IMMUTABLE_CHANGES[field])
+    new = manifest(IMMUTABLE_CHANGES[field], name=stored["metadata"]["name"])
     assert parse_rljob(new)  # the new value is valid on its own: only the change is refused
     expected = f"spec.{field}: is immutable after creation"
     assert immutable_violations(parse_rljob(stored).spec, parse_rljob(new).spec) == [expected]
@@ -376,3 +393,32 @@ def test_reliability_immutable_even_when_status_is_written(
             GROUP, VERSION, namespace, PLURAL, name, {"spec": {"tpu": {"slices": 2}}}
         )
     assert "spec.tpu is immutable after creation" in message_of(refused.value)
+
+
+# Where the model and the apiserver disagree today (found by this suite; the model is not mine to change):
+# pydantic's lax mode coerces JSON types the apiserver refuses, and the apiserver drops a null for a field
+# that is not nullable (then defaults it) where the model refuses the null. Neither reaches the operator
+# (it only reads stored objects, which are well typed and null-free), but `rljob validate` and kubectl
+# disagree on these manifests. strict=True: when the model is fixed, these turn XPASS and fail, so the marks
+# get removed.
+_MODEL_TOO_LAX = "model bug: pydantic lax mode coerces a JSON type the apiserver refuses"
+_MODEL_TOO_STRICT = "model bug: the apiserver prunes null (then defaults the field); the model refuses null"
+TYPE_CASES = [
+    pytest.param({"tpu": {"slices": 2.0}}, id="integral float for an integer"),
+    pytest.param({"grpo": {"beta": 1}}, id="integer for a number"),
+    pytest.param({"queueName": None}, id="null for an optional field"),
+    pytest.param({"tpu": {"slices": "2"}}, id="string for an integer", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
+    pytest.param({"suspend": "true"}, id="string for a boolean", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
+    pytest.param({"suspend": 1}, id="integer for a boolean", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
+    pytest.param({"maxRestarts": True}, id="boolean for an integer", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
+    pytest.param({"grpo": {"beta": "0.1"}}, id="string for a number", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
+    pytest.param({"tpu": {"slices": None}}, id="null for a defaulted field", marks=pytest.mark.xfail(reason=_MODEL_TOO_STRICT, strict=True)),
+    pytest.param({"grpo": None}, id="null for a defaulted object", marks=pytest.mark.xfail(reason=_MODEL_TOO_STRICT, strict=True)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("patch", TYPE_CASES)
+def test_reliability_json_types_agree(
+    api: client.CustomObjectsApi, namespace: str, patch: dict[str, Any]
+) -> None:
+    assert_agree(api, namespace, manifest(patch))
