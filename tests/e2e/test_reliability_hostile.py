@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.api.cases import merge
 from tests.e2e.hostile.cases import CREATE_CASES, UPDATE_CASES, Hostile, HostileUpdate
 from tests.e2e.kube import KubectlError, get, kubectl, kubectl_json, wait_for
 from tests.e2e.operator_proc import OperatorProcess, install_crd
@@ -110,9 +111,14 @@ def test_reliability_hostile_update_is_refused(
     name = running["metadata"]["name"]
     before = get("jobset", name, ns)
     assert before is not None
-    changed = {**running, "spec": {**running["spec"], **case.patch}}
+    changed = {
+        "apiVersion": running["apiVersion"],
+        "kind": running["kind"],
+        "metadata": {"name": name},
+        "spec": merge(running["spec"], case.patch),
+    }
     with pytest.raises(KubectlError) as refused:
-        apply({k: changed[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": name}}, ns)
+        apply(changed, ns)
     assert f"{case.field} is immutable after creation" in refused.value.stderr, refused.value.stderr
     with pytest.raises(KubectlError) as patched:
         kubectl("patch", "rljob", name, "-n", ns, "--type=merge", "-p", yaml.safe_dump({"spec": case.patch}))
