@@ -87,7 +87,7 @@ def test_packed_spec_uses_the_packing_learner(bridge: types.ModuleType, monkeypa
     monkeypatch.setattr("rljob_trainer.packing", fake, raising=False)
     cls, extra = bridge.learner_class(spec(packing={"maxSeqTokenPerTpu": 256}))
     assert cls is fake.PackedGRPOLearner
-    assert extra == {"row_tokens": 256}
+    assert extra == {"row_tokens": 256, "row_multiple": 1}
 
 
 def test_packed_spec_without_packing_learner_trains_unpacked(bridge: types.ModuleType,
@@ -159,12 +159,14 @@ def test_step_report_math_and_console_line() -> None:
         pass
     rec.add_rewards(np.array([0.0, 1.0]))
     rec.add_rewards(np.array([0.5, 0.5]))
-    rec.add_tokens(real=90, slots=100)
+    rec.add_tokens(real=90, slots=100, used_slots=95)
     report = rec.finish()
     assert report is not None and seen == [report]
     assert report.reward_mean == 0.5 and report.padding_tokens == 10 and report.utilization == 0.9
+    assert abs(report.row_utilization - 90 / 95) < 1e-12
     assert rec.finish() is None  # nothing running
     out = io.StringIO()
     progress.ConsoleProgress(stream=out)(report)
     line = out.getvalue()
-    assert "step    1/2" in line and "reward 0.500" in line and "packing util  90.0%" in line
+    assert "step    1/2" in line and "reward 0.500" in line
+    assert "packing util  94.7% (compute  90.0%)" in line

@@ -110,7 +110,12 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
                             callbacks=callbacks)
     telemetry = metrics.start(job, procs.index, recorder)  # issue 6: /metrics on every host
     ckpt = checkpoint.for_job(job, recorder, telemetry)  # issue 6: saves every N steps and on SIGTERM
-    run = tunix_bridge.build(spec, task.reward_fns(), recorder)
+    from rljob_trainer.packing.rows import RowTooShortError
+
+    try:
+        run = tunix_bridge.build(spec, task.reward_fns(), recorder)
+    except RowTooShortError as exc:  # the packed learner's own startup check: a config error, not a crash
+        raise RLJobError([f"spec.packing.maxSeqTokenPerTpu: {exc}"], job.metadata.name) from None
     start = ckpt.resume(run)  # newest readable checkpoint (0: none)
     run.train(task.batches(start, spec.grpo.maxSteps))
     ckpt.close()

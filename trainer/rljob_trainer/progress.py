@@ -39,9 +39,13 @@ class StepReport:
     rewards: np.ndarray
     """Every completion's reward this step (batch x numGenerations)."""
     real_tokens: int
-    """Prompt + completion tokens the actor trained on (padding excluded)."""
+    """Prompt + completion tokens of the step's batch (padding excluded). Counted once per batch: with
+    numIterations > 1 the actor trains on the same rows again."""
     slot_tokens: int
-    """Token slots the actor computed over: rows x row length (padded or packed)."""
+    """Token slots the actor computes over for that batch: rows x row length, padded or packed (for packed
+    rows including the empty rows that round a micro-batch up to a bucketed row count)."""
+    used_slot_tokens: int
+    """Slots of the rows holding at least one sequence (= slot_tokens when unpacked)."""
     packed: bool
     rollout_seeds: tuple[int, ...] = ()
     """Sampler seeds used this step; derived from (spec seed, step), recorded for audits of exact resume."""
@@ -56,8 +60,13 @@ class StepReport:
 
     @property
     def utilization(self) -> float:
-        """Fraction of computed token slots that held real tokens (packing utilization when packed)."""
+        """Fraction of computed token slots that held real tokens (what the compute sees)."""
         return self.real_tokens / self.slot_tokens if self.slot_tokens else 0.0
+
+    @property
+    def row_utilization(self) -> float:
+        """Fraction of the used rows' slots that held real tokens (how well packing filled its rows)."""
+        return self.real_tokens / self.used_slot_tokens if self.used_slot_tokens else 0.0
 
 
 StepCallback = Callable[[StepReport], None]
@@ -73,6 +82,7 @@ class _Accumulator:
     rewards: list[np.ndarray] = field(default_factory=list)
     real_tokens: int = 0
     slot_tokens: int = 0
+    used_slot_tokens: int = 0
     seeds: list[int] = field(default_factory=list)
 
 
@@ -120,17 +130,12 @@ class StepRecorder:
             if self._current is not None:
                 self._current.rewards.append(np.asarray(rewards, dtype=np.float64).reshape(-1))
 
-    def add_tokens(self, real: int, slots: int) -> None:
+    def add_tokens(self, real: int, slots: int, used_slots: int) -> None:
         with self._lock:
             if self._current is not None:
                 self._current.real_tokens += int(real)
                 self._current.slot_tokens += int(slots)
-
-    def set_tokens(self, real: int, slots: int) -> None:
-        """Replace the step's token counts (a packed learner knows its rows better than the rollout does)."""
-        with self._lock:
-            if self._current is not None:
-                self._current.real_tokens, self._current.slot_tokens = int(real), int(slots)
+                self._current.used_slot_tokens += int(used_slots)
 
     def add_seed(self, seed: int) -> None:
         with self._lock:
@@ -155,6 +160,7 @@ class StepRecorder:
             rewards=np.concatenate(cur.rewards) if cur.rewards else np.zeros(0),
             real_tokens=cur.real_tokens,
             slot_tokens=cur.slot_tokens,
+            used_slot_tokens=cur.used_slot_tokens,
             packed=self.packed,
             rollout_seeds=tuple(cur.seeds),
         )
@@ -175,10 +181,13 @@ class ConsoleProgress:
         if r.step % self.every and r.step != r.max_steps:
             return
         phases = " ".join(f"{k}={v:.2f}s" for k, v in r.phase_seconds.items())
-        label = "packing" if r.packed else "padding"
+        if r.packed:
+            util = f"packing util {r.row_utilization:6.1%} (compute {r.utilization:6.1%})"
+        else:
+            util = f"padded util {r.utilization:6.1%}"
         print(
             f"step {r.step:>4}/{r.max_steps}  reward {r.reward_mean:.3f}  {r.seconds:6.2f}s/step  "
-            f"{label} util {r.utilization:6.1%}  ({phases})",
+            f"{util}  ({phases})",
             file=self.stream,
             flush=True,
         )

@@ -135,20 +135,22 @@ def grpo_config(spec: RLJobSpec) -> grpo_learner.GRPOConfig:
                                    beta=g.beta, epsilon=g.epsilon)
 
 
-def learner_class(spec: RLJobSpec) -> tuple[type, dict[str, Any]]:
+def learner_class(spec: RLJobSpec, data_parallel: int = 1) -> tuple[type, dict[str, Any]]:
     """THE place that picks the learner: plain Tunix GRPO, or the packing package's packed learner.
 
-    Returns the class and the extra constructor kwargs it needs. Packing only changes speed, never the
-    updates, so while the packing package is missing a packed spec runs unpacked (with a warning).
+    Returns the class and the extra constructor kwargs it needs (rows per micro-batch are rounded to a
+    multiple of the data-parallel width so they shard evenly). Packing only changes speed, never the
+    updates, so if the packing package is missing from a build a packed spec runs unpacked (warning).
     """
     if spec.packing.maxSeqTokenPerTpu > 0:
         try:
             from rljob_trainer import packing
-        except ImportError:
-            packing = None
-        packed = getattr(packing, "PackedGRPOLearner", None)
+
+            packed = packing.PackedGRPOLearner
+        except (ImportError, AttributeError):
+            packed = None
         if packed is not None:
-            return packed, {"row_tokens": spec.packing.maxSeqTokenPerTpu}
+            return packed, {"row_tokens": spec.packing.maxSeqTokenPerTpu, "row_multiple": data_parallel}
         log.warning("rljob_trainer.packing is not available in this build: training unpacked "
                     "(same updates, no packing speed-up)")
     return grpo_learner.GRPOLearner, {}
@@ -186,7 +188,12 @@ class _Instrumented:
         self._step += 1
         self._rollout_calls = 0
         self.recorder.begin(self._step)
+        stats = getattr(self, "packing_stats", None)
+        before = _packing_counts(stats)
         super()._run_global_step(*args, **kwargs)  # type: ignore[misc]
+        if stats is not None:
+            real, used, computed = (b - a for a, b in zip(before, _packing_counts(stats), strict=True))
+            self.recorder.add_tokens(real, computed, used)
 
     def _generate_and_compute_advantage(self, training_input: Any, mode: Any = Mode.TRAIN) -> Any:
         if mode == Mode.TRAIN:
@@ -195,11 +202,11 @@ class _Instrumented:
             self.rl_cluster.get_rollout_config(Mode.TRAIN).seed = seed  # type: ignore[attr-defined]
             self.recorder.add_seed(seed)
         example = super()._generate_and_compute_advantage(training_input, mode)  # type: ignore[misc]
-        if mode == Mode.TRAIN:
+        if mode == Mode.TRAIN and not self.recorder.packed:  # packed: counted from the rows, see below
             rows = int(example.prompt_ids.shape[0])
             width = int(example.prompt_ids.shape[1] + example.completion_ids.shape[1])
             real = int(np.asarray(example.prompt_mask).sum() + np.asarray(example.completion_mask).sum())
-            self.recorder.add_tokens(real, rows * width * self._num_iterations())  # type: ignore[attr-defined]
+            self.recorder.add_tokens(real, rows * width, rows * width)
         return example
 
     def _compute_rewards(self, prompts: Any, completions: Any, mode: Any, *args: Any, **kwargs: Any) -> Any:
@@ -211,6 +218,13 @@ class _Instrumented:
     def train(self, *args: Any, **kwargs: Any) -> None:
         super().train(*args, **kwargs)  # type: ignore[misc]
         self.recorder.finish()  # the last step (only reached when training did not raise)
+
+
+def _packing_counts(stats: Any) -> tuple[int, int, int]:
+    """(real tokens, slots of used rows, slots of all computed rows) packed so far; zeros if unpacked."""
+    if stats is None:
+        return 0, 0, 0
+    return stats.real_tokens, stats.rows_used * stats.row_len, stats.rows_padded * stats.row_len
 
 
 def _timed(fn: Any, recorder: StepRecorder, phase: str) -> Any:
@@ -243,7 +257,7 @@ def build(spec: RLJobSpec, reward_fns: list, recorder: StepRecorder, start_step:
     reference = models.build_model(spec.model, mesh, seed=spec.grpo.seed) if spec.grpo.beta > 0 else None
     cluster = rl_cluster_lib.RLCluster(actor=actor, reference=reference, tokenizer=tokenizer,
                                        cluster_config=cluster_config(spec, mesh, tokenizer))
-    base, extra = learner_class(spec)
+    base, extra = learner_class(spec, data_parallel=mesh.shape["fsdp"])
     recorder.packed = base is not grpo_learner.GRPOLearner
     learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})
     learner = learner_cls(rl_cluster=cluster, algo_config=grpo_config(spec), reward_fns=reward_fns, **extra)
