@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client, config
 
 from rljob.api.spec import GROUP, PLURAL, VERSION
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import kubectl_json, wait_for
 from tests.e2e.operator_proc import OperatorProcess, children_problems, install_crd, status_problems
 
 pytestmark = pytest.mark.cluster
@@ -67,21 +67,35 @@ def test_reliability_kill_9_three_times_during_a_burst(
                 obj = rljob(i)
                 api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj)
                 sent.append(obj["metadata"]["name"])
-                time.sleep(0.1)  # spread the burst over the kills (~10 s of creates)
+                time.sleep(0.05)  # spread the burst over the kills
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
     operator.start()
     creator = threading.Thread(target=create_all, daemon=True)
     creator.start()
+
+    def jobsets() -> int:
+        return len(kubectl_json("get", "jobsets", "-n", namespace)["items"])
+
+    backlogs: list[int] = []
+    at_start = 0
     for kill_at in KILL_AFTER:
         wait_for(lambda n=kill_at: len(sent) >= n or errors, timeout=120, message=f"{kill_at} creates sent")
+        if backlogs:  # kill a restarted operator only once it is busy: a few JobSets made since its start
+            wait_for(lambda n=at_start: jobsets() >= min(n + 3, COUNT), timeout=60, interval=0.2,
+                     message="the restarted operator makes progress")  # fmt: skip
         operator.kill()
-        operator.start()  # waits for the liveness endpoint: the kill lands while it is busy again
+        # RLJobs sent but without a JobSet when the operator died: work it was in the middle of or behind on
+        backlogs.append(len(sent) - jobsets())
+        operator.start()  # waits for the liveness endpoint only
+        at_start = jobsets()
     last_restart = time.monotonic()
+    print(f"RLJobs without a JobSet at each kill: {backlogs}")
     creator.join(timeout=120)
     assert not errors, errors
     assert len(sent) == COUNT
+    assert any(backlogs), "every kill found the operator idle: the test would prove nothing"
 
     def converged() -> bool:
         return not children_problems(namespace, set(sent)) and not status_problems(namespace)
