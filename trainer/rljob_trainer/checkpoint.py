@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -251,6 +252,9 @@ class Checkpointer:
             _info("SIGTERM received: finishing the current step, then checkpointing and exiting %d",
                   EXIT_PREEMPTED)
 
+        if threading.current_thread() is not threading.main_thread():  # only the main thread may (tests)
+            log.warning("not in the main thread: no SIGTERM handler installed")
+            return
         signal.signal(signal.SIGTERM, handler)
 
     def close(self) -> None:
