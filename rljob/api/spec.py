@@ -8,7 +8,7 @@ docstrings become the CRD's descriptions, so ``kubectl explain rljob.spec.packin
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -38,7 +38,33 @@ class Model(BaseModel):
     and the error paths users see all spell a field the same way.
     """
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True)
+    # strict: JSON types as the apiserver checks them ("2" is not an integer, 1 is not a boolean).
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_like_kubernetes(cls, data: Any) -> Any:
+        """Read JSON values as the apiserver does: null means absent (then the default applies), and an
+        integral number like 2.0 is an integer."""
+        if not isinstance(data, dict):
+            return data
+        return {
+            key: int(value) if isinstance(value, float) and value.is_integer() else value
+            for key, value in data.items()
+            if value is not None
+        }
+        refused = []
+        for key, value in list(data.items()):
+            field = cls.model_fields.get(key)
+            if value is not None or field is None:
+                continue
+            if field.default is not None or field.default_factory is not None:
+                data = {k: v for k, v in data.items() if k != key}
+            elif not field.is_required():
+                refused.append(key)
+        if refused:
+            raise ValueError(f"{', '.join(refused)}: must not be null (leave the field out to unset it)")
+        return data
 
 
 class ModelSpec(Model):
@@ -176,7 +202,7 @@ class RLJobSpec(Model):
 class Condition(Model):
     """A standard Kubernetes condition (metav1.Condition)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=False)
     type: Annotated[str, Field(max_length=316)]
     status: Literal["True", "False", "Unknown"]
     reason: Annotated[str, Field(max_length=1024)] = ""
@@ -188,7 +214,7 @@ class Condition(Model):
 class RLJobStatus(Model):
     """Observed state, mirrored from the RLJob's JobSet by the operator."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=False)
     phase: Phase | None = None
     """Pending, Running, Restarting, Suspended, Succeeded or Failed. Succeeded and Failed are final."""
     conditions: list[Condition] = Field(default_factory=list)

@@ -395,25 +395,20 @@ def test_reliability_immutable_even_when_status_is_written(
     assert "spec.tpu is immutable after creation" in message_of(refused.value)
 
 
-# Where the model and the apiserver disagree today (found by this suite; the model is not mine to change):
-# pydantic's lax mode coerces JSON types the apiserver refuses, and the apiserver drops a null for a field
-# that is not nullable (then defaults it) where the model refuses the null. Neither reaches the operator
-# (it only reads stored objects, which are well typed and null-free), but `rljob validate` and kubectl
-# disagree on these manifests. strict=True: when the model is fixed, these turn XPASS and fail, so the marks
-# get removed.
-_MODEL_TOO_LAX = "model bug: pydantic lax mode coerces a JSON type the apiserver refuses"
-_MODEL_TOO_STRICT = "model bug: the apiserver prunes null (then defaults the field); the model refuses null"
+# JSON types and nulls, where pydantic's defaults and the apiserver differ. This suite found the model too
+# lax (it coerced "2" to 2) and too strict (it refused null, which the apiserver drops before defaulting);
+# the model now reads JSON as the apiserver does (strict types, null = absent, 2.0 = 2).
 TYPE_CASES = [
     pytest.param({"tpu": {"slices": 2.0}}, id="integral float for an integer"),
     pytest.param({"grpo": {"beta": 1}}, id="integer for a number"),
     pytest.param({"queueName": None}, id="null for an optional field"),
-    pytest.param({"tpu": {"slices": "2"}}, id="string for an integer", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
-    pytest.param({"suspend": "true"}, id="string for a boolean", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
-    pytest.param({"suspend": 1}, id="integer for a boolean", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
-    pytest.param({"maxRestarts": True}, id="boolean for an integer", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
-    pytest.param({"grpo": {"beta": "0.1"}}, id="string for a number", marks=pytest.mark.xfail(reason=_MODEL_TOO_LAX, strict=True)),
-    pytest.param({"tpu": {"slices": None}}, id="null for a defaulted field", marks=pytest.mark.xfail(reason=_MODEL_TOO_STRICT, strict=True)),
-    pytest.param({"grpo": None}, id="null for a defaulted object", marks=pytest.mark.xfail(reason=_MODEL_TOO_STRICT, strict=True)),
+    pytest.param({"tpu": {"slices": "2"}}, id="string for an integer"),
+    pytest.param({"suspend": "true"}, id="string for a boolean"),
+    pytest.param({"suspend": 1}, id="integer for a boolean"),
+    pytest.param({"maxRestarts": True}, id="boolean for an integer"),
+    pytest.param({"grpo": {"beta": "0.1"}}, id="string for a number"),
+    pytest.param({"tpu": {"slices": None}}, id="null for a defaulted field"),
+    pytest.param({"grpo": None}, id="null for a defaulted object"),
 ]  # fmt: skip
 
 
