@@ -171,6 +171,14 @@ class TrainerMetrics:
         import jax.monitoring
 
         jax.monitoring.register_event_duration_secs_listener(self.on_compile)
+        self._watching = True
+
+    def unwatch_compiles(self) -> None:
+        if getattr(self, "_watching", False):
+            import jax.monitoring
+
+            jax.monitoring.unregister_event_duration_listener(self.on_compile)
+            self._watching = False
 
     def __call__(self, r: StepReport) -> None:
         """The StepCallback: record one finished global step."""
@@ -238,7 +246,7 @@ class MetricsServer:
         self._server.server_close()
 
 
-_servers: list[MetricsServer] = []
+_servers: list[tuple[MetricsServer, TrainerMetrics]] = []
 
 
 def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") -> TrainerMetrics:
@@ -249,7 +257,7 @@ def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") ->
     metrics = TrainerMetrics(rljob=job.metadata.name, process=process_index,
                              baseline_seconds=spec.metrics.stepTimeBaselineSeconds, max_steps=spec.grpo.maxSteps)
     metrics.watch_compiles()
-    _servers.append(MetricsServer(metrics, spec.metrics.port, addr=addr))
+    _servers.append((MetricsServer(metrics, spec.metrics.port, addr=addr), metrics))
     recorder.callbacks.append(metrics)
     linger = float(os.environ.get(LINGER_ENV, "0") or 0)
     if linger > 0:  # keep serving the final values for one more scrape before the process exits
@@ -258,6 +266,9 @@ def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") ->
 
 
 def close_servers() -> None:
-    """Stop every server ``start`` opened (in-process tests; a trainer process just exits)."""
+    """Stop every server ``start`` opened and its compile listener (for in-process runs, e.g. tests that
+    call ``main.train`` several times; a trainer process just exits)."""
     while _servers:
-        _servers.pop().close()
+        server, metrics = _servers.pop()
+        server.close()
+        metrics.unwatch_compiles()

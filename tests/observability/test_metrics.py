@@ -1,0 +1,98 @@
+"""TrainerMetrics fed with StepReports by hand: labels, compile marking, thresholds, the HTTP server.
+(The end-to-end scrape of a real training is test_metrics_e2e.py.)"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from rljob_trainer import metrics as m
+from rljob_trainer.progress import StepRecorder, StepReport
+
+from tests.observability import runs
+from tests.observability.runs import value
+
+
+def report(step: int, seconds: float = 2.0, packed: bool = False) -> StepReport:
+    # used_slot_tokens arrived with the packed learner's row accounting; optional so either version works
+    extra = {"used_slot_tokens": 100} if "used_slot_tokens" in StepReport.__dataclass_fields__ else {}
+    return StepReport(step=step, max_steps=10, seconds=seconds,
+                      phase_seconds={"rollout": 1.0, "reference": 0.25, "train": 0.5, "weight_sync": 0.25},
+                      rewards=np.array([0.0, 0.5, 1.0]), real_tokens=75, slot_tokens=100, packed=packed, **extra)
+
+
+def samples(metrics: m.TrainerMetrics) -> dict:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in metrics.registry.collect() for s in family.samples}
+
+
+def test_steps_phases_tokens_rewards() -> None:
+    tm = m.TrainerMetrics(rljob="j", process=1, baseline_seconds=3.0, max_steps=10)
+    for step in (1, 2, 3):
+        tm(report(step, packed=True))
+    s = samples(tm)
+    assert value(s, "rljob_trainer_steps_total", rljob="j", process="1") == 3
+    assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="true") == 1  # the first step
+    assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="false") == 2
+    assert value(s, "rljob_trainer_step_duration_seconds_sum") == 6.0
+    assert {lb["phase"] for lb in runs.series(s, "rljob_trainer_phase_duration_seconds_count")} == {
+        "rollout", "ref_inference", "actor_train", "weight_sync"}
+    assert value(s, "rljob_trainer_phase_duration_seconds_sum", phase="ref_inference") == 0.75
+    assert value(s, "rljob_trainer_packing_capacity_tokens_total", packed="true") == 300
+    assert value(s, "rljob_trainer_packing_padding_tokens_total", packed="true") == 75
+    assert value(s, "rljob_trainer_tokens_total") == 225
+    assert value(s, "rljob_trainer_tokens_per_second") == 37.5
+    assert (value(s, "rljob_trainer_reward_min"), value(s, "rljob_trainer_reward_mean"),
+            value(s, "rljob_trainer_reward_max")) == (0.0, 0.5, 1.0)
+    assert value(s, "rljob_trainer_global_step") == 3
+    assert value(s, "rljob_trainer_step_time_baseline_seconds") == 3.0
+
+
+def test_a_step_that_compiled_is_labelled() -> None:
+    tm = m.TrainerMetrics(rljob="j")
+    tm(report(1))
+    tm.on_compile("/jax/core/compile/backend_compile_duration", 4.0)
+    tm.on_compile("/jax/some/other_event", 100.0)  # not a compile: ignored
+    tm(report(2))
+    tm(report(3))
+    s = samples(tm)
+    assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="true") == 2
+    assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="false") == 1
+    assert value(s, "rljob_trainer_compile_seconds_total") == 4.0
+
+
+def test_no_baseline_no_series() -> None:
+    tm = m.TrainerMetrics(rljob="j", baseline_seconds=None)
+    assert not runs.series(samples(tm), "rljob_trainer_step_time_baseline_seconds")
+
+
+def test_stall_threshold_covers_long_steps_and_checkpoint_pauses(monkeypatch) -> None:
+    monkeypatch.setenv(m.STALL_THRESHOLD_ENV, "600")
+    tm = m.TrainerMetrics(rljob="j")
+    assert value(samples(tm), "rljob_trainer_stall_threshold_seconds") == 600
+    tm(report(1, seconds=400))
+    tm.on_checkpoint(1, 150)
+    s = samples(tm)
+    assert value(s, "rljob_trainer_stall_threshold_seconds") == 2 * 400 + 150
+    assert value(s, "rljob_trainer_checkpoint_last_step") == 1
+    assert value(s, "rljob_trainer_checkpoint_save_duration_seconds_count") == 1
+
+
+def test_start_serves_http_and_close_servers_stops_it() -> None:
+    port = runs.free_port()
+    job = SimpleNamespace(metadata=SimpleNamespace(name="served"), spec=SimpleNamespace(
+        metrics=SimpleNamespace(port=port, stepTimeBaselineSeconds=7.0), grpo=SimpleNamespace(maxSteps=5)))
+    recorder = StepRecorder(max_steps=5, packed=False)
+    tm = m.start(job, 0, recorder, addr="127.0.0.1")
+    try:
+        recorder.begin(1)
+        recorder.finish()  # the callback is registered on the recorder
+        scraped = runs.scrape(port)
+        assert scraped is not None
+        assert value(scraped, "rljob_trainer_steps_total", rljob="served", process="0") == 1
+        assert value(scraped, "rljob_trainer_step_time_baseline_seconds") == 7.0
+        assert value(scraped, "rljob_trainer_max_steps") == 5
+    finally:
+        m.close_servers()
+    assert runs.scrape(port, timeout=0.5) is None
+    assert not tm._watching
