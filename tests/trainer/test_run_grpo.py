@@ -6,6 +6,7 @@ Each run is a few dozen steps (~20-50 s on 2 busy cores, most of it JIT compilat
 from __future__ import annotations
 
 import copy
+import socket
 from typing import Any
 
 import jax
@@ -37,9 +38,18 @@ BASE: dict[str, Any] = {
 }
 
 
-def job(**grpo: Any) -> RLJob:
+def free_port() -> int:
+    """Every in-process run serves /metrics (issue 6); give each its own port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job(packing: int = 0, **grpo: Any) -> RLJob:
     doc = copy.deepcopy(BASE)
     doc["spec"]["grpo"].update(grpo)
+    doc["spec"]["packing"] = {"maxSeqTokenPerTpu": packing}
+    doc["spec"]["metrics"] = {"port": free_port()}
     return parse_rljob(doc)
 
 
@@ -77,11 +87,9 @@ def _final_params(run: tunix_bridge.TunixRun) -> dict[str, np.ndarray]:
 @pytest.mark.skipif(not packing_available(), reason="rljob_trainer.packing.PackedGRPOLearner not landed yet")
 def test_packed_and_unpacked_runs_agree() -> None:
     """Packing changes speed, not results: same seed -> same samples, same rewards, ~same weights."""
-    steps = 8
-    unpacked = trainer_main.train(job(maxSteps=steps))
-    doc = job(maxSteps=steps).model_dump(mode="json", exclude_none=True)
-    doc["spec"]["packing"] = {"maxSeqTokenPerTpu": 128}
-    packed = trainer_main.train(parse_rljob(doc))
+    small = {"maxSteps": 3, "batchSize": 2, "beta": 0.0}  # few shapes: each new one compiles (~10-30 s)
+    unpacked = trainer_main.train(job(**small))
+    packed = trainer_main.train(job(packing=128, **small))
     assert packed.recorder.packed and not unpacked.recorder.packed
     for u, p in zip(unpacked.recorder.reports, packed.recorder.reports, strict=True):
         assert u.rollout_seeds == p.rollout_seeds
