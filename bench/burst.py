@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,19 @@ from tests.e2e.operator_proc import OperatorProcess, install_crd  # noqa: E402
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 DOC = REPO / "docs" / "reliability.md"
+# `--max-workers N`: the operator with kopf's handler thread pool set to N threads (an experiment: the
+# default pool is min(32, cores + 4), 6 threads on the 2-core CI machine).
+MAX_WORKERS_ENTRY = """
+import sys
+import rljob_operator.settings as settings
+from rljob_operator.main import main
+apply = settings.apply_settings
+def with_workers(s, options):
+    apply(s, options)
+    s.execution.max_workers = {n}
+settings.apply_settings = with_workers
+sys.exit(main(sys.argv[1:]))
+"""
 MARKER = "<!-- burst results: bench/burst.py --record appends rows above this line -->"
 
 
@@ -106,9 +120,32 @@ class Watcher(threading.Thread):
             self.seen[name] = time.monotonic()
 
 
+class LatencyProbe(threading.Thread):
+    """GETs one small object every 0.2 s and records how long the apiserver takes: the operator's handlers
+    make four such sequential calls per RLJob, so this is what bounds their speed on a busy machine."""
+
+    def __init__(self, api: client.CoreV1Api, ns: str):
+        super().__init__(daemon=True)
+        self.api, self.ns = api, ns
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            t = time.monotonic()
+            self.api.read_namespace(self.ns)
+            self.samples.append(time.monotonic() - t)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/PID/stat fields 14 and 15, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load_average() -> str:
@@ -122,6 +159,8 @@ def main() -> int:
     p.add_argument("--suspend", action="store_true", help="create the RLJobs suspended (no pods at all)")
     p.add_argument("--verbose-operator", action="store_true", help="run the operator with --verbose")
     p.add_argument("--profile", type=Path, default=None, help="run the operator under cProfile, write here")
+    p.add_argument("--py-spy", type=Path, default=None, help="sample the operator (all threads) with py-spy")
+    p.add_argument("--max-workers", type=int, default=None, help="experiment: kopf handler threads")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--record", action="store_true", help=f"append the result to {DOC.relative_to(REPO)}")
     p.add_argument("--note", default="", help="free text for the recorded row")
@@ -129,13 +168,20 @@ def main() -> int:
 
     kubeconfig = cluster_env()
     install_crd()
-    api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    api = client.CustomObjectsApi(api_client)
     ns = f"bench-burst-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", ns)
     log_dir = Path(os.environ.get("RLJOB_CLUSTER_DIR", "/tmp/rljob-cluster")) / "logs"
-    op = OperatorProcess(log_dir, [ns], identity="burst", verbose=args.verbose_operator, profile=args.profile)
+    entry = (
+        ("-c", MAX_WORKERS_ENTRY.format(n=args.max_workers)) if args.max_workers else ("-m", "rljob_operator")
+    )
+    op = OperatorProcess(
+        log_dir, [ns], identity="burst", verbose=args.verbose_operator, profile=args.profile, entry=entry
+    )
     jobsets = Watcher(api, JOBSET, ns, lambda _: True)
     statuses = Watcher(api, (GROUP, VERSION, PLURAL), ns, lambda o: (o.get("status") or {}).get("jobSetName"))
+    probe = LatencyProbe(client.CoreV1Api(api_client), ns)
     try:
         op.start()
         rss_idle = op.rss_bytes()
@@ -150,7 +196,14 @@ def main() -> int:
             api.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, rljob(name, args.suspend))
             applied[name] = time.monotonic()
 
+        spy = None
+        if args.py_spy:  # sampling profiler over every thread (cProfile only sees the event loop's)
+            spy = subprocess.Popen(["py-spy", "record", "--pid", str(op.pid), "--rate", "50", "--nonblocking",
+                                    "--format", "raw", "-o", str(args.py_spy)])  # fmt: skip
+            time.sleep(1)
         load_before = load_average()
+        probe.start()
+        cpu0 = cpu_seconds(op.pid)
         t0 = time.monotonic()
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(create, names))
@@ -163,12 +216,16 @@ def main() -> int:
             rss_peak_sampled = max(rss_peak_sampled, op.rss_bytes())
             time.sleep(0.1)
         total = max([*jobsets.seen.values(), *statuses.seen.values()], default=t0) - t0
+        cpu = cpu_seconds(op.pid) - cpu0
+        if spy:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         peak_rss = op.peak_rss_bytes()
         create_count = op.metric("rljob_operator_reconcile_duration_seconds_count", handler="create")
         create_sum = op.metric("rljob_operator_reconcile_duration_seconds_sum", handler="create")
         load_after = load_average()
     finally:
-        for w in (jobsets, statuses):
+        for w in (jobsets, statuses, probe):
             w.stop.set()
         op.stop()
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
@@ -190,6 +247,8 @@ def main() -> int:
         "total_s": round(total, 2),
         "rss_idle_mib": round(rss_idle / mib),
         "rss_peak_mib": round(max(peak_rss, rss_peak_sampled) / mib),
+        "operator_cpu_s": round(cpu, 1),
+        "api_get_p50_ms": round(1000 * statistics.median(probe.samples)) if probe.samples else None,
         "handler_mean_ms": round(1000 * create_sum / create_count) if create_count else None,
         "load": f"{load_before} -> {load_after}",
         "jobsets": f"{len(to_jobset)}/{args.count}",
@@ -205,8 +264,9 @@ def main() -> int:
             f"| {result['date']} | {args.count}{' suspended' if args.suspend else ''} | {result['creates_s']} "
             f"| {result['jobset_p50']} | {result['jobset_p99']} | {result['jobset_max']} "
             f"| {result['status_p50']} | {result['status_p99']} | {result['total_s']} "
-            f"| {result['rss_idle_mib']} -> {result['rss_peak_mib']} | {result['handler_mean_ms']} "
-            f"| {result['load']} | {args.note} |"
+            f"| {result['rss_idle_mib']} -> {result['rss_peak_mib']} | {result['operator_cpu_s']} "
+            f"| {result['handler_mean_ms']} | {result['api_get_p50_ms']} "
+            f"| {result['load']} | {args.note}{f' max-workers={args.max_workers}' if args.max_workers else ''} |"
         )
         text = DOC.read_text()
         assert MARKER in text, f"{DOC} lacks the marker line"

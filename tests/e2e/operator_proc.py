@@ -56,7 +56,8 @@ class OperatorProcess:
     """One operator subprocess. ``kill()`` is ``kill -9``; ``stop()`` is a graceful SIGTERM.
 
     ``identity`` becomes kopf's peering id (``POD_ID``), so a test can tell two peers apart in the
-    KopfPeering object. ``profile`` runs the operator under cProfile, written at a graceful stop.
+    KopfPeering object. ``profile`` runs the operator under cProfile, written at a graceful stop (the main
+    thread only: kopf runs sync handlers in a thread pool, which cProfile does not see).
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class OperatorProcess:
         identity: str | None = None,
         verbose: bool = True,
         profile: Path | None = None,
+        entry: Sequence[str] = ("-m", "rljob_operator"),
     ) -> None:
         self.log_dir = log_dir
         self.namespaces = tuple(namespaces)
@@ -79,6 +81,7 @@ class OperatorProcess:
         self.identity = identity
         self.verbose = verbose
         self.profile = profile
+        self.entry = tuple(entry)  # how python starts the operator: a module, or `-c CODE` for experiments
         self.proc: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []  # one per start, oldest first
         self.metrics_port = free_port()
@@ -90,7 +93,7 @@ class OperatorProcess:
         args = [sys.executable]
         if self.profile:
             args += ["-m", "cProfile", "-o", str(self.profile)]
-        args += ["-m", "rljob_operator"]
+        args += self.entry
         for ns in self.namespaces:
             args += ["--namespace", ns]
         args += [
