@@ -229,15 +229,29 @@ def test_chart_install_restricted_rljob_succeeds_with_chart_rbac_uninstall_clean
             return ((obj or {}).get("status") or {}).get("phase")
 
         wait_for(lambda: get("jobset", name, jobs_namespace), timeout=60, message="JobSet created")
-        wait_for(lambda: phase() == "Succeeded", timeout=180, message=f"RLJob {name} Succeeded")
+        wait_for(lambda: phase() == "Succeeded", timeout=240, message=f"RLJob {name} Succeeded")
         jobset = get("jobset", name, jobs_namespace)
         assert jobset["metadata"]["ownerReferences"][0]["kind"] == "RLJob"
         assert get("configmap", f"{name}-config", jobs_namespace) is not None
         log = operator.log.read_text(errors="replace")
         assert "403" not in log and "Forbidden" not in log, operator.tail()
-        # peering ran through the chart's ClusterKopfPeering (patch allowed by RBAC)
-        peering = get("clusterkopfpeering", release)
-        assert peering is not None
+        # Events were posted as the ServiceAccount
+        reasons = wait_for(
+            lambda: {
+                e["reason"]
+                for e in list_items("events", jobs_namespace)
+                if e["involvedObject"].get("kind") == "RLJob" and e["involvedObject"].get("name") == name
+            },
+            timeout=30,
+            message="RLJob events",
+        )
+        assert "Succeeded" in reasons or "Created" in reasons, reasons
+        # kopf peering heartbeats in the chart's ClusterKopfPeering (get/watch/patch allowed by RBAC)
+        wait_for(
+            lambda: (get("clusterkopfpeering", release) or {}).get("status"),
+            timeout=30,
+            message="the operator's heartbeat in the ClusterKopfPeering",
+        )
     except BaseException:
         if operator is not None:
             print("---- operator log ----\n" + operator.tail())
