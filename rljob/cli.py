@@ -63,13 +63,13 @@ def _render(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from rljob_trainer.main import main as trainer_main
 
-    return trainer_main(["--config", args.filename, *args.rest])
+    return trainer_main(["--config", args.filename, *args.passthrough])
 
 
 def _operator(args: argparse.Namespace) -> int:
     from rljob_operator.main import main as operator_main
 
-    return operator_main(args.rest)
+    return operator_main(args.passthrough)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,24 +94,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "train",
         help="run the trainer locally on an RLJob (CPU works)",
-        description="Extra arguments go to the trainer (see `rljob train -f X -- --help`).",
+        description="Other arguments go to the trainer (e.g. --max-steps 5; see `rljob train -f X --help`).",
+        add_help=False,
     )
     p.add_argument("-f", "--filename", required=True)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_train)
+    p.set_defaults(func=_train, passthrough_ok=True)
 
     p = sub.add_parser(
         "operator", help="run the operator (arguments go to it; try `rljob operator --help`)", add_help=False
     )
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_operator)
+    p.set_defaults(func=_operator, passthrough_ok=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "rest", None) and args.rest[0] == "--":
-        args.rest = args.rest[1:]
+    parser = build_parser()
+    # `train` and `operator` hand every argument they do not know to the trainer / operator parser.
+    args, passthrough = parser.parse_known_args(argv)
+    if passthrough and not getattr(args, "passthrough_ok", False):
+        parser.error(f"unrecognized arguments: {' '.join(passthrough)}")
+    args.passthrough = [a for a in passthrough if a != "--"]
     return args.func(args)
 
 
