@@ -112,6 +112,10 @@ def ns(namespace: str, operator: OperatorProcess) -> Iterator[str]:
     yield namespace
     print("---- operator log ----\n" + operator.tail())
     print(kubectl("get", "rljobs,jobsets,jobs,pods,events", "-n", namespace, "-o", "wide", check=False))
+    # Free the fake TPU hosts before the next test: trainer pods use the host network, so a pod still
+    # terminating holds its metrics port on the node and the next slice cannot schedule there.
+    kubectl("delete", "rljobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
+    wait_for(lambda: not list_items("pods", namespace), timeout=120, message="trainer pods gone")
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -121,16 +125,21 @@ def example(name: str) -> dict[str, Any]:
     return yaml.safe_load((REPO / "examples" / name).read_text())
 
 
-def small_rljob(name: str, **spec: Any) -> dict[str, Any]:
-    """A v5e 2x4 RLJob (2 hosts x 4 chips, the v5e-2x4 pool) with ``spec`` merged in."""
+V5E_2X4 = {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4"}  # pool v5e-2x4: 2 hosts x 4 chips
+V5P_2X2X2 = {"accelerator": "tpu-v5p-slice", "topology": "2x2x2"}  # pool v5p-2x2x2: 2 hosts x 4 chips
+
+
+def small_rljob(name: str, tpu: dict[str, Any] = V5P_2X2X2, **spec: Any) -> dict[str, Any]:
+    """A two-host RLJob (v5p 2x2x2 unless ``tpu`` says otherwise) with ``spec`` merged in.
+
+    Each fake pool runs one slice at a time (4 chips per node, host-network ports), as on GKE; the cases
+    other than the v5e example use the v5p pool so they queue behind each other, not behind other suites
+    that exercise the v5e pool."""
     m = {
         "apiVersion": "rljob.dev/v1alpha1",
         "kind": "RLJob",
         "metadata": {"name": name},
-        "spec": {
-            "image": "rljob-trainer:test",
-            "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4"},
-        },
+        "spec": {"image": "rljob-trainer:test", "tpu": dict(tpu)},
     }
     m["spec"].update(copy.deepcopy(spec))
     return m
@@ -144,7 +153,7 @@ def rljob(ns: str, name: str) -> dict[str, Any] | None:
     return get("rljob", name, ns)
 
 
-def wait_phase(ns: str, name: str, phase: str, timeout: float = 90) -> dict[str, Any]:
+def wait_phase(ns: str, name: str, phase: str, timeout: float = 180) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         obj = rljob(ns, name)
         return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
@@ -190,7 +199,7 @@ def test_operator_v5e_example_succeeds(ns: str, operator: OperatorProcess) -> No
     assert len(jobs) == 1
     pods = wait_for(lambda: (lambda ps: ps if len(ps) == 2 and all(p["spec"].get("nodeName") for p in ps)
                              else None)(list_items("pods", ns, f"jobset.sigs.k8s.io/jobset-name={name}")),
-                    timeout=60, message="both pods bound")  # fmt: skip
+                    timeout=180, message="both pods bound")  # fmt: skip
     for pod in pods:
         assert node_pool(pod["spec"]["nodeName"]) == "v5e-2x4"
         res = pod["spec"]["containers"][0]["resources"]
@@ -215,7 +224,7 @@ def test_operator_v6e_multislice_one_pool_per_slice(ns: str) -> None:
     selector = f"jobset.sigs.k8s.io/jobset-name={name}"
     pods = wait_for(lambda: (lambda ps: ps if len(ps) == 8 and all(p["spec"].get("nodeName") for p in ps)
                              else None)(list_items("pods", ns, selector)),
-                    timeout=90, message="8 pods bound")  # fmt: skip
+                    timeout=180, message="8 pods bound")  # fmt: skip
     assert len(list_items("jobs", ns, selector)) == 2
     pools: dict[str, set[str]] = {}
     for pod in pods:
@@ -225,13 +234,13 @@ def test_operator_v6e_multislice_one_pool_per_slice(ns: str) -> None:
     assert sorted(pools) == ["0", "1"]
     assert all(len(p) == 1 for p in pools.values()), pools
     assert pools["0"] != pools["1"] and pools["0"] | pools["1"] == {"v6e-4x4-a", "v6e-4x4-b"}
-    wait_phase(ns, name, "Succeeded", timeout=120)
+    wait_phase(ns, name, "Succeeded", timeout=240)
 
 
 def test_operator_failing_pod_restarts_then_fails(ns: str) -> None:
     name = "flaky"
     apply(small_rljob(name, maxRestarts=1, podAnnotations={"kwok.rljob.dev/fail": "1"}), ns)
-    failed = wait_phase(ns, name, "Failed", timeout=120)
+    failed = wait_phase(ns, name, "Failed", timeout=240)
     st = failed["status"]
     assert st["restarts"] == 1
     cond = condition(failed, "Failed") or {}
@@ -247,7 +256,7 @@ def test_operator_failing_pod_restarts_then_fails(ns: str) -> None:
 def test_operator_bad_config_exit_2_fails_without_restart(ns: str) -> None:
     name = "badcfg"
     apply(small_rljob(name, maxRestarts=3, podAnnotations={"kwok.rljob.dev/fail": "2"}), ns)
-    failed = wait_phase(ns, name, "Failed", timeout=90)
+    failed = wait_phase(ns, name, "Failed")
     assert failed["status"]["restarts"] == 0, "exit 2 must not be retried"
     assert (condition(failed, "Failed") or {}).get("status") == "True"
 
@@ -261,7 +270,7 @@ def test_operator_suspend_toggles_the_jobset(ns: str) -> None:
     wait_phase(ns, name, "Suspended")
     kubectl("patch", "rljob", name, "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}')
     wait_for(lambda: (get("jobset", name, ns) or {}).get("spec", {}).get("suspend") is False, timeout=30)
-    resumed = wait_phase(ns, name, "Running", timeout=60)
+    resumed = wait_phase(ns, name, "Running")
     assert (condition(resumed, "Suspended") or {}).get("status") == "False"
     assert {"Suspended", "Resumed"} <= event_reasons(ns, name)
 
