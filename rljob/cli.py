@@ -10,8 +10,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 from rljob.api import RLJobError, load_rljobs
 
 
@@ -48,7 +46,7 @@ def _crd(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from rljob_operator.render import render_objects
+    from rljob_operator.render import dump_yaml, render_objects
 
     try:
         jobs = load_rljobs(args.filename)
@@ -56,7 +54,7 @@ def _render(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     objects = [obj for job in jobs for obj in render_objects(job)]
-    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=110))
+    sys.stdout.write(dump_yaml(objects))
     return 0
 
 

@@ -26,6 +26,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: 
     apply_settings(settings, options)
     load_config()
     memo.kube = Kube()
+    memo.render_options = options.render
     memo.metrics = memo.get("metrics") or OperatorMetrics()
     if options.metrics_port:
         serve(memo.metrics, options.metrics_port, options.metrics_addr)
@@ -37,7 +38,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: 
 def create(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Create the ConfigMap and JobSet once (resume: resync only)."""
     with memo.metrics.reconcile("create", error_kind):
-        if reconcile.ensure_children(memo.kube, body) == "invalid":
+        if reconcile.ensure_children(memo.kube, body, options=memo.render_options) == "invalid":
             memo.metrics.error("invalid_spec")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from rljob.api.spec import RLJob
 from rljob_operator import names
 from rljob_operator.failure import jobset_failure_policy, pod_failure_policy
-from rljob_operator.pod import pod_template
+from rljob_operator.pod import RenderOptions, pod_template
 from rljob_operator.slices import SliceShape
 
 
@@ -28,7 +28,7 @@ def created_suspended(job: RLJob) -> bool:
     return job.spec.suspend or job.spec.queueName is not None
 
 
-def slice_job_template(job: RLJob, shape: SliceShape) -> dict[str, Any]:
+def slice_job_template(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
     """The child Job of one slice: an Indexed Job of ``hosts`` pods that fails on the first pod failure."""
     return {
         "metadata": {"labels": owned_labels(job)},
@@ -38,12 +38,12 @@ def slice_job_template(job: RLJob, shape: SliceShape) -> dict[str, Any]:
             "completionMode": "Indexed",
             "backoffLimit": 0,
             "podFailurePolicy": pod_failure_policy(),
-            "template": pod_template(job, shape),
+            "template": pod_template(job, shape, options),
         },
     }
 
 
-def jobset(job: RLJob, shape: SliceShape) -> dict[str, Any]:
+def jobset(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
     """The JobSet manifest."""
     labels = owned_labels(job)
     if job.spec.queueName:
@@ -63,7 +63,7 @@ def jobset(job: RLJob, shape: SliceShape) -> dict[str, Any]:
             {
                 "name": names.REPLICATED_JOB,
                 "replicas": shape.slices,
-                "template": slice_job_template(job, shape),
+                "template": slice_job_template(job, shape, options),
             }
         ],
     }

@@ -8,11 +8,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
+import os
 
 import kopf
 
+from rljob_operator.pod import RenderOptions
 from rljob_operator.settings import OperatorOptions
+
+TRAINER_SECURITY_CONTEXT_ENV = "RLJOB_TRAINER_SECURITY_CONTEXT"
+
+
+def _json_object(text: str) -> dict:
+    """argparse type: a JSON object (the chart passes the trainer securityContext this way)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--metrics-addr", default="0.0.0.0", metavar="ADDR", help="bind address for metrics")
     p.add_argument("--peering", default="rljob", metavar="NAME", help="kopf peering name (default rljob)")
+    p.add_argument(
+        "--trainer-security-context",
+        type=_json_object,
+        default=os.environ.get(TRAINER_SECURITY_CONTEXT_ENV) or "{}",
+        metavar="JSON",
+        help=f"securityContext for every trainer container (default: ${TRAINER_SECURITY_CONTEXT_ENV})",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--standby",
@@ -68,6 +91,7 @@ def options_from(args: argparse.Namespace) -> OperatorOptions:
         peering=args.peering,
         standby=args.standby,
         standalone=args.standalone,
+        render=RenderOptions(trainer_security_context=args.trainer_security_context),
     )
 
 

@@ -9,6 +9,7 @@ operator creates the JobSet once and never re-applies it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from rljob.api.spec import RLJob
@@ -17,15 +18,26 @@ from rljob_operator.env import trainer_env
 from rljob_operator.slices import SliceShape
 
 
+@dataclass(frozen=True)
+class RenderOptions:
+    """Cluster-level choices that are not the RLJob author's: set by whoever runs the operator (the chart's
+    ``trainer.securityContext`` value), the same for every RLJob."""
+
+    trainer_security_context: dict[str, Any] = field(default_factory=dict)
+    """securityContext of every trainer container (TPU pods may need ``privileged: true`` on some node
+    images); empty = none."""
+
+
 def pod_labels(job: RLJob) -> dict[str, str]:
     """Labels of every trainer pod: the PodMonitor selects ``rljob.dev/role=trainer``."""
     return {names.LABEL_NAME: job.metadata.name, names.LABEL_ROLE: names.ROLE_TRAINER}
 
 
-def trainer_container(job: RLJob, shape: SliceShape) -> dict[str, Any]:
-    """The single trainer container."""
+def trainer_container(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
+    """The single trainer container. The trainer runs as the container's PID 1 and installs its own SIGTERM
+    handler (finish the step, checkpoint, exit 143), so the explicit command loses nothing."""
     chips = str(shape.chips_per_host)
-    return {
+    container: dict[str, Any] = {
         "name": names.CONTAINER,
         "image": job.spec.image,
         "command": list(names.TRAINER_COMMAND),
@@ -36,20 +48,24 @@ def trainer_container(job: RLJob, shape: SliceShape) -> dict[str, Any]:
         "resources": {"requests": {names.TPU_RESOURCE: chips}, "limits": {names.TPU_RESOURCE: chips}},
         "volumeMounts": [{"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_DIR, "readOnly": True}],
     }
+    if options.trainer_security_context:
+        container["securityContext"] = dict(options.trainer_security_context)
+    return container
 
 
-def pod_template(job: RLJob, shape: SliceShape) -> dict[str, Any]:
+def pod_template(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
     """The Job's pod template."""
     metadata: dict[str, Any] = {"labels": pod_labels(job)}
     if job.spec.podAnnotations:
         metadata["annotations"] = dict(sorted(job.spec.podAnnotations.items()))
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": job.spec.terminationGracePeriodSeconds,
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": shape.node_selector(),
         "tolerations": [{"key": names.TPU_RESOURCE, "operator": "Exists"}],
-        "containers": [trainer_container(job, shape)],
+        "containers": [trainer_container(job, shape, options)],
         "volumes": [
             {
                 "name": names.CONFIG_VOLUME,

@@ -18,7 +18,7 @@ from rljob.api import RLJobError, parse_rljob
 from rljob.api.spec import KIND
 from rljob_operator import names
 from rljob_operator.kube import Kube, controller_uid
-from rljob_operator.render import render_objects
+from rljob_operator.render import RenderOptions, render_objects
 from rljob_operator.slices import slice_shape
 from rljob_operator.status import Event, compute_status, invalid_spec_status, is_terminal
 
@@ -80,7 +80,9 @@ def sync_status(
     raise kopf.TemporaryError(f"status of {ns}/{name} kept conflicting", delay=1)
 
 
-def ensure_children(kube: Kube, body: Mapping[str, Any], *, post: Post = post_event) -> str:
+def ensure_children(
+    kube: Kube, body: Mapping[str, Any], *, post: Post = post_event, options: RenderOptions | None = None
+) -> str:
     """On create/resume: create the ConfigMap and JobSet once, or re-read them; never after a terminal state.
 
     Returns what it did: ``terminal`` (nothing), ``invalid`` (status Failed/InvalidSpec, nothing created),
@@ -106,7 +108,7 @@ def ensure_children(kube: Kube, body: Mapping[str, Any], *, post: Post = post_ev
     if status.get("jobSetName"):  # created before this operator (re)started: only resync the status
         sync_status(kube, ns, name, kube.get_jobset(ns, status["jobSetName"]), post=post, owner_uid=uid)
         return "resynced"
-    config_map, jobset = render_objects(job)
+    config_map, jobset = render_objects(job, options)
     kopf.adopt([config_map, jobset], owner=raw)
     created = []
     for obj in (config_map, jobset):  # the ConfigMap first: the pods mount it

@@ -13,7 +13,10 @@ import yaml
 from rljob.api.spec import RLJob
 from rljob_operator.config import config_map
 from rljob_operator.jobset import jobset, owned_labels
+from rljob_operator.pod import RenderOptions
 from rljob_operator.slices import slice_shape
+
+__all__ = ["RenderOptions", "dump_yaml", "render_config_map", "render_jobset", "render_objects"]
 
 
 def render_config_map(job: RLJob) -> dict[str, Any]:
@@ -21,14 +24,14 @@ def render_config_map(job: RLJob) -> dict[str, Any]:
     return config_map(job, owned_labels(job))
 
 
-def render_jobset(job: RLJob) -> dict[str, Any]:
+def render_jobset(job: RLJob, options: RenderOptions | None = None) -> dict[str, Any]:
     """The JobSet."""
-    return jobset(job, slice_shape(job.spec.tpu))
+    return jobset(job, slice_shape(job.spec.tpu), options or RenderOptions())
 
 
-def render_objects(job: RLJob) -> list[dict[str, Any]]:
+def render_objects(job: RLJob, options: RenderOptions | None = None) -> list[dict[str, Any]]:
     """ConfigMap then JobSet (creation order: the pods mount the ConfigMap)."""
-    return [render_config_map(job), render_jobset(job)]
+    return [render_config_map(job), render_jobset(job, options)]
 
 
 class _Dumper(yaml.SafeDumper):

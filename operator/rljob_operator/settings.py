@@ -7,11 +7,12 @@ operator``, ``python -m rljob_operator`` and ``kopf run -m rljob_operator.handle
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import kopf
 
 from rljob.api.spec import GROUP
+from rljob_operator.pod import RenderOptions
 
 ACTIVE_PRIORITY = 100
 STANDBY_PRIORITY = 50
@@ -29,6 +30,7 @@ class OperatorOptions:
     peering: str = "rljob"
     standby: bool = False
     standalone: bool = False
+    render: RenderOptions = field(default_factory=RenderOptions)
 
     @property
     def priority(self) -> int:

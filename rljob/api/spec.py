@@ -193,6 +193,9 @@ class RLJobSpec(Model):
     """Restarts of the whole slice group after a failure. Preemption and maintenance do not count."""
     ttlSecondsAfterFinished: Annotated[int, Field(ge=0, le=31_536_000)] = 43200
     """Seconds a finished JobSet is kept before it is deleted (the RLJob and its status stay)."""
+    terminationGracePeriodSeconds: Annotated[int, Field(ge=30, le=3600)] = 300
+    """Seconds a trainer pod gets between SIGTERM (preemption, maintenance, deletion) and SIGKILL: the
+    trainer finishes its step and saves a checkpoint in that time, so make it cover one step plus a save."""
     podAnnotations: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=64)] = (
         Field(default_factory=dict)
     )

@@ -203,3 +203,22 @@ def test_operator_never_imports_jax():
         check=False,
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_trainer_security_context_comes_from_the_operator_options() -> None:
+    from rljob_operator.main import build_parser, options_from
+    from rljob_operator.render import render_jobset
+
+    job = make_rljob("sec").obj()
+    container = lambda js: js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]  # noqa: E731
+    assert "securityContext" not in container(render_jobset(job))
+    options = options_from(build_parser().parse_args(["--trainer-security-context", '{"privileged": true}']))
+    assert container(render_jobset(job, options.render))["securityContext"] == {"privileged": True}
+
+
+def test_grace_period_reaches_the_pods() -> None:
+    from rljob_operator.render import render_jobset
+
+    job = make_rljob("grace").obj()
+    pod = render_jobset(job)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == job.spec.terminationGracePeriodSeconds == 300
