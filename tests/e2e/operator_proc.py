@@ -52,6 +52,14 @@ def install_peering_crds() -> None:
         kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
 
 
+def delete_rljobs(ns: str) -> None:
+    """Delete a test's RLJobs before its namespace. On the simulated cluster a namespace deletion sometimes
+    leaves the RLJobs (and so their JobSets and bound pods) in place for many minutes while the namespace
+    says "all content removed"; the pods then hold node pools the next test needs. Deleting the RLJobs
+    first lets the garbage collector cascade at once."""
+    kubectl("delete", "rljobs", "--all", "-n", ns, "--wait=false", "--ignore-not-found", check=False)
+
+
 class OperatorProcess:
     """One operator subprocess. ``kill()`` is ``kill -9``; ``stop()`` is a graceful SIGTERM.
 

@@ -26,7 +26,13 @@ import pytest
 import yaml
 
 from tests.e2e.kube import get, kubectl, wait_for
-from tests.e2e.operator_proc import OperatorProcess, children_problems, install_crd, status_problems
+from tests.e2e.operator_proc import (
+    OperatorProcess,
+    children_problems,
+    delete_rljobs,
+    install_crd,
+    status_problems,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -103,30 +109,30 @@ def operator(cluster: Any, namespace: str) -> Iterator[OperatorProcess]:
     finally:
         print("---- operator log ----\n" + op.tail(120))
         op.stop()
+        delete_rljobs(namespace)
 
 
 def test_reliability_operator_survives_an_apiserver_restart(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    # three RLJobs on three different node pools, so all of them run at once
-    apply(namespace, rljob("on-v5e", "tpu-v5-lite-podslice", "2x4"), rljob("on-v5p", "tpu-v5p-slice", "2x2x2"),
-          rljob("on-v6e", "tpu-v6e-slice", "4x4"))  # fmt: skip
-    for name in ("on-v5e", "on-v5p", "on-v6e"):
+    # two RLJobs on two node pools, so both run at once (the v5e pool is left to the operator's own e2e tests)
+    apply(namespace, rljob("on-v5p", "tpu-v5p-slice", "2x2x2"), rljob("on-v6e", "tpu-v6e-slice", "4x4"))
+    for name in ("on-v5p", "on-v6e"):
         wait_for(lambda n=name: phase(namespace, n) == "Running", timeout=120, message=f"{name} Running")
 
     took = restart_apiserver(cluster.dir)
     print(f"kube-apiserver ready {took:.1f}s after the restart")
 
     # changes after the restart: the operator must see them through its re-established watches
-    kubectl("patch", "rljob", "on-v5e", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    kubectl("patch", "rljob", "on-v5p", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
     apply(namespace, rljob("after-restart", "tpu-v6e-slice", "4x4"))  # the second v6e pool is free
-    wait_for(lambda: (get("jobset", "on-v5e", namespace) or {}).get("spec", {}).get("suspend") is True,
+    wait_for(lambda: (get("jobset", "on-v5p", namespace) or {}).get("spec", {}).get("suspend") is True,
              timeout=90, interval=1, message="suspend reached the JobSet")  # fmt: skip
-    wait_for(lambda: phase(namespace, "on-v5e") == "Suspended", timeout=60, message="on-v5e Suspended")
+    wait_for(lambda: phase(namespace, "on-v5p") == "Suspended", timeout=60, message="on-v5p Suspended")
     wait_for(lambda: phase(namespace, "after-restart") == "Running", timeout=120,
              message="the RLJob created after the restart runs")  # fmt: skip
-    expected = {"on-v5e", "on-v5p", "on-v6e", "after-restart"}
+    expected = {"on-v5p", "on-v6e", "after-restart"}
     wait_for(lambda: not children_problems(namespace, expected) and not status_problems(namespace),
              timeout=60, interval=1, message="children and statuses converged")  # fmt: skip
-    assert phase(namespace, "on-v5p") == phase(namespace, "on-v6e") == "Running"
+    assert phase(namespace, "on-v6e") == "Running"
     assert operator.running, operator.tail()

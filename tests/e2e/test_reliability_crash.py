@@ -18,7 +18,13 @@ from kubernetes import client, config
 
 from rljob.api.spec import GROUP, PLURAL, VERSION
 from tests.e2e.kube import kubectl_json, wait_for
-from tests.e2e.operator_proc import OperatorProcess, children_problems, install_crd, status_problems
+from tests.e2e.operator_proc import (
+    OperatorProcess,
+    children_problems,
+    delete_rljobs,
+    install_crd,
+    status_problems,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -28,17 +34,17 @@ CONVERGE_S = 30
 
 
 def rljob(i: int) -> dict[str, Any]:
-    """Every other one suspended (no pods; phase Suspended), the rest Pending or Running (kwok keeps their
-    pods Running; the v5e pool runs one at a time, the others wait for nodes)."""
+    """Every other one suspended (no pods; phase Suspended), the rest Pending: v5e 1x1 has no node pool in
+    the simulated cluster, so their JobSets, Jobs and pods are created but never scheduled. No node is
+    used, so a slow cleanup of 100 JobSets cannot hold nodes that later tests need."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RLJob",
         "metadata": {"name": f"crash-{i:03d}"},
         "spec": {
             "image": "rljob-trainer:crash",
-            "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4"},
+            "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "1x1"},
             "suspend": i % 2 == 1,
-            "podAnnotations": {"kwok.rljob.dev/run-forever": "true"},
         },
     }
 
@@ -52,6 +58,7 @@ def operator(cluster: Any, namespace: str) -> Iterator[OperatorProcess]:
     finally:
         print("---- operator log (last start) ----\n" + op.tail(120))
         op.stop()
+        delete_rljobs(namespace)
 
 
 def test_reliability_kill_9_three_times_during_a_burst(

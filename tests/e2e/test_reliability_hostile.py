@@ -18,7 +18,7 @@ import yaml
 from tests.api.cases import merge
 from tests.e2e.hostile.cases import CREATE_CASES, UPDATE_CASES, Hostile, HostileUpdate
 from tests.e2e.kube import KubectlError, get, kubectl, kubectl_json, wait_for
-from tests.e2e.operator_proc import OperatorProcess, install_crd
+from tests.e2e.operator_proc import OperatorProcess, delete_rljobs, install_crd
 
 pytestmark = pytest.mark.cluster
 
@@ -37,6 +37,7 @@ def hostile(cluster: Any) -> Iterator[tuple[str, OperatorProcess]]:
     finally:
         print("---- operator log ----\n" + op.tail())
         op.stop()
+        delete_rljobs(ns)
         kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
 
 

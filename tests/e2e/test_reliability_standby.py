@@ -20,6 +20,7 @@ from tests.e2e.kube import get, kubectl, wait_for
 from tests.e2e.operator_proc import (
     OperatorProcess,
     children_problems,
+    delete_rljobs,
     install_crd,
     install_peering_crds,
     status_problems,
@@ -71,6 +72,7 @@ def pair(cluster: Any, namespace: str) -> Iterator[tuple[OperatorProcess, Operat
         for op in (active, standby):
             print(f"---- {op.identity} log ----\n" + op.tail(60))
             op.stop()
+        delete_rljobs(namespace)
 
 
 def test_reliability_only_the_active_peer_acts_and_the_standby_takes_over(
