@@ -71,16 +71,17 @@ def cluster_env() -> Path:
 
 
 def rljob(name: str, suspend: bool) -> dict[str, Any]:
-    """A v5e 2x4 RLJob whose pods run until deleted (kwok's run-forever hook)."""
+    """A v5e 1x1 RLJob. The simulated cluster has no 1x1 pool, so JobSet, Job and pod are all created (the
+    JobSet and Job controllers do their full share of work) but the pod is never scheduled: 200 running
+    jobs could not fit anyway, and pods bound to nodes make the cleanup slow for whatever runs next."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RLJob",
         "metadata": {"name": name},
         "spec": {
             "image": "rljob-trainer:bench",
-            "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4"},
+            "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "1x1"},
             "suspend": suspend,
-            "podAnnotations": {"kwok.rljob.dev/run-forever": "true"},
         },
     }
 
