@@ -328,6 +328,7 @@ IMMUTABLE_CHANGES: dict[str, dict[str, Any]] = {
     "priorityClassName": {"priorityClassName": "high"},
     "maxRestarts": {"maxRestarts": 4},
     "ttlSecondsAfterFinished": {"ttlSecondsAfterFinished": 5},
+    "terminationGracePeriodSeconds": {"terminationGracePeriodSeconds": 600},
     "podAnnotations": {"podAnnotations": {"a": "b"}},
 }
 

@@ -42,7 +42,7 @@ def grpo(**fields: Any) -> dict[str, Any]:
 
 
 CREATE_CASES: list[Hostile] = [
-    # --- wrong types (the model's lax parsing would coerce some of these; the apiserver does not)
+    # --- wrong types
     Hostile("slices as string", tpu(slices="2"), "spec.tpu.slices"),
     Hostile("suspend as string", spec({"suspend": "yes"}), "spec.suspend"),
     Hostile("maxRestarts as bool", spec({"maxRestarts": True}), "spec.maxRestarts"),
@@ -124,6 +124,7 @@ CREATE_CASES: list[Hostile] = [
     Hostile("TPU runtime port", spec({"metrics": {"port": 8431}}), "spec.metrics.port"),
     Hostile("mini batch does not divide", grpo(batchSize=8, miniBatchSize=3), "spec.grpo.miniBatchSize"),
     Hostile("hbm utilization 0", spec({"rollout": {"hbmUtilization": 0}}), "spec.rollout.hbmUtilization"),
+    Hostile("grace period of 1 s", spec({"terminationGracePeriodSeconds": 1}), "spec.terminationGracePeriodSeconds"),
 ]  # fmt: skip
 
 
@@ -143,4 +144,5 @@ UPDATE_CASES: list[HostileUpdate] = [
     HostileUpdate("turn packing on", {"packing": {"maxSeqTokenPerTpu": 512}}, "spec.packing"),
     HostileUpdate("new pod annotation", {"podAnnotations": {"kwok.rljob.dev/fail": "1"}}, "spec.podAnnotations"),
     HostileUpdate("longer ttl", {"ttlSecondsAfterFinished": 999}, "spec.ttlSecondsAfterFinished"),
+    HostileUpdate("shorter grace period", {"terminationGracePeriodSeconds": 30}, "spec.terminationGracePeriodSeconds"),
 ]  # fmt: skip
