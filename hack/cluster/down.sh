@@ -33,8 +33,14 @@ stop() {
 }
 
 if [[ -f "${PID_DIR}/order" ]]; then
-  # Reverse start order: clients (kwok, controllers) before the apiserver, etcd last.
-  tac "${PID_DIR}/order" | while read -r name; do stop "${name}"; done
+  # Clients of the apiserver (kwok, controllers, anything else recorded) first and
+  # in parallel (each takes a few seconds to shut down), then the apiserver, etcd last.
+  while read -r name; do
+    [[ "${name}" == kube-apiserver || "${name}" == etcd ]] || stop "${name}" &
+  done <"${PID_DIR}/order"
+  wait
+  stop kube-apiserver
+  stop etcd
 fi
 
 if [[ -d "${RLJOB_CLUSTER_DIR}" ]]; then
