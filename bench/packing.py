@@ -60,8 +60,10 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict:
     model = tiny_model(args.family, seed=0)
     optimizer = nnx.Optimizer(model, optax.sgd(0.0), wrt=nnx.Param)
     cfg = grpo_config()
-    examples = [random_train_example(p, c, max_prompt=max_p, max_completion=args.row - max_p, seed=i)
-                for i, (p, c) in enumerate(batches)]
+    examples = [
+        random_train_example(p, c, max_prompt=max_p, max_completion=args.row - max_p, seed=i)
+        for i, (p, c) in enumerate(batches)
+    ]
     stats = {"real_tokens": 0, "padded_tokens": 0, "rows_used": 0, "rows": 0, "pairs": 0}
     if arm == "unpacked":
         loss = lambda m, ex: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)  # noqa: E731
@@ -138,22 +140,36 @@ def main() -> None:
         print(f"{arm:>13}: {results[arm]['s_per_step']:.3f} s/step", flush=True, file=sys.stderr)
     base = results["unpacked"]
     limit = base["padded_tokens"] / base["real_tokens"]
-    print(f"\nrow {args.row}, {args.batch} sequences/micro-batch, {args.steps} steps, {args.family} tiny fp32")
+    print(
+        f"\nrow {args.row}, {args.batch} sequences/micro-batch, {args.steps} steps, {args.family} tiny fp32"
+    )
     print(f"token-ratio limit (padded / real tokens, unpacked): {limit:.2f}x")
     print("s/step is wall time; cpu s/step is the process's CPU time (steadier on a shared machine)")
-    print(f"{'arm':>13} {'s/step':>8} {'speed-up':>9} {'% of limit':>10} {'cpu s/step':>10} {'cpu speed-up':>12} "
-          f"{'rows/step':>9} {'row util':>8} {'shapes':>6} {'compile s':>9} {'peak RSS MiB':>12}")
+    print(
+        f"{'arm':>13} {'s/step':>8} {'speed-up':>9} {'% of limit':>10} {'cpu s/step':>10} {'cpu speed-up':>12} "
+        f"{'rows/step':>9} {'row util':>8} {'shapes':>6} {'compile s':>9} {'peak RSS MiB':>12}"
+    )
     for arm, r in results.items():
         speed = base["s_per_step"] / r["s_per_step"]
         rows = r["rows"] / args.steps if r["rows"] else args.batch
-        util = r["real_tokens"] / (r["rows_used"] * args.row) if r["rows_used"] else r["real_tokens"] / r[
-            "padded_tokens"]
+        util = (
+            r["real_tokens"] / (r["rows_used"] * args.row)
+            if r["rows_used"]
+            else r["real_tokens"] / r["padded_tokens"]
+        )
         cpu_speed = base["cpu_s_per_step"] / r["cpu_s_per_step"]
-        r.update(speedup=speed, cpu_speedup=cpu_speed, pct_of_limit=speed / limit, row_utilization=util,
-                 limit=limit)
-        print(f"{arm:>13} {r['s_per_step']:8.3f} {speed:8.2f}x {100 * speed / limit:9.0f}% "
-              f"{r['cpu_s_per_step']:10.3f} {cpu_speed:11.2f}x {rows:9.2f} "
-              f"{100 * util:7.1f}% {r['shapes']:6d} {r['compile_s']:9.1f} {r['peak_rss_mib']:12.0f}")
+        r.update(
+            speedup=speed,
+            cpu_speedup=cpu_speed,
+            pct_of_limit=speed / limit,
+            row_utilization=util,
+            limit=limit,
+        )
+        print(
+            f"{arm:>13} {r['s_per_step']:8.3f} {speed:8.2f}x {100 * speed / limit:9.0f}% "
+            f"{r['cpu_s_per_step']:10.3f} {cpu_speed:11.2f}x {rows:9.2f} "
+            f"{100 * util:7.1f}% {r['shapes']:6d} {r['compile_s']:9.1f} {r['peak_rss_mib']:12.0f}"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
 

@@ -42,7 +42,9 @@ def _fetch_promtool() -> Path | None:
         return None
     with tempfile.TemporaryDirectory() as work:
         for attempt in range(2):
-            r = subprocess.run(["apt-get", "download", "prometheus"], cwd=work, capture_output=True, timeout=300)
+            r = subprocess.run(
+                ["apt-get", "download", "prometheus"], cwd=work, capture_output=True, timeout=300
+            )
             if r.returncode == 0:
                 break
             if attempt == 0:  # fresh machine: empty apt lists
@@ -50,8 +52,9 @@ def _fetch_promtool() -> Path | None:
         debs = list(Path(work).glob("prometheus_*.deb"))
         if not debs:
             return None
-        version = subprocess.run(["dpkg-deb", "-f", str(debs[0]), "Version"], capture_output=True, text=True,
-                                 check=True).stdout.strip()
+        version = subprocess.run(
+            ["dpkg-deb", "-f", str(debs[0]), "Version"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         subprocess.run(["dpkg-deb", "-x", str(debs[0]), f"{work}/root"], check=True, timeout=300)
         final = _bin_cache() / f"promtool-{version}"
         tmp = Path(f"{final}.tmp.{os.getpid()}")

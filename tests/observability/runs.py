@@ -25,8 +25,16 @@ ROOT = Path(__file__).resolve().parents[2]
 JAX_CACHE = Path(tempfile.gettempdir()) / "rljob-test-jax-cache"
 
 
-def manifest(name: str, steps: int, *, ckpt_dir: Path | None = None, interval: int = 100, port: int = 9464,
-             baseline: float | None = None, seed: int = 7) -> dict[str, Any]:
+def manifest(
+    name: str,
+    steps: int,
+    *,
+    ckpt_dir: Path | None = None,
+    interval: int = 100,
+    port: int = 9464,
+    baseline: float | None = None,
+    seed: int = 7,
+) -> dict[str, Any]:
     """A tiny-model RLJob (2-layer random qwen3, 2 prompts x 2 generations, 16 new tokens)."""
     spec: dict[str, Any] = {
         "image": "img",
@@ -52,16 +60,29 @@ def write(path: Path, doc: dict[str, Any]) -> Path:
 def env(**extra: str) -> dict[str, str]:
     JAX_CACHE.mkdir(exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RLJOB_", "XLA_FLAGS"))}
-    return {**base, "JAX_PLATFORMS": "cpu", "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}:{ROOT / 'operator'}",
-            "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0", "PYTHONUNBUFFERED": "1", **extra}
+    return {
+        **base,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}:{ROOT / 'operator'}",
+        "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
 
 
 def start(config: Path, *args: str, **extra_env: str) -> subprocess.Popen:
     """Start the trainer; stdout and stderr merged, line-buffered text."""
-    return subprocess.Popen([sys.executable, "-m", "rljob_trainer", "--config", str(config), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            env=env(**extra_env), cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rljob_trainer", "--config", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        env=env(**extra_env),
+        cwd=ROOT,
+    )
 
 
 def run(config: Path, *args: str, timeout: float = 240, **extra_env: str) -> tuple[int, str]:

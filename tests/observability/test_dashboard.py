@@ -70,9 +70,14 @@ def test_dashboard_and_rules_name_only_exported_metrics() -> None:
 
 def test_every_required_view_is_there() -> None:
     text = "\n".join(_exprs())
-    for needle in ("histogram_quantile(0.9", "rljob_trainer_step_duration_seconds_sum",
-                   "rljob_trainer_phase_duration_seconds_sum", "rljob_trainer_reward_mean",
-                   "rljob_trainer_packing_padding_tokens_total", "rljob_trainer_last_step_timestamp_seconds"):
+    for needle in (
+        "histogram_quantile(0.9",
+        "rljob_trainer_step_duration_seconds_sum",
+        "rljob_trainer_phase_duration_seconds_sum",
+        "rljob_trainer_reward_mean",
+        "rljob_trainer_packing_padding_tokens_total",
+        "rljob_trainer_last_step_timestamp_seconds",
+    ):
         assert needle in text, needle
 
 
@@ -84,5 +89,7 @@ def test_queries_are_valid_promql(promtool: Path, tmp_path: Path) -> None:
         rules.append({"record": f"dashboard:query_{i}", "expr": concrete})
     path = tmp_path / "dashboard-queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    r = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(promtool), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -16,14 +16,25 @@ from tests.observability.runs import value
 def report(step: int, seconds: float = 2.0, packed: bool = False) -> StepReport:
     # used_slot_tokens arrived with the packed learner's row accounting; optional so either version works
     extra = {"used_slot_tokens": 100} if "used_slot_tokens" in StepReport.__dataclass_fields__ else {}
-    return StepReport(step=step, max_steps=10, seconds=seconds,
-                      phase_seconds={"rollout": 1.0, "reference": 0.25, "train": 0.5, "weight_sync": 0.25},
-                      rewards=np.array([0.0, 0.5, 1.0]), real_tokens=75, slot_tokens=100, packed=packed, **extra)
+    return StepReport(
+        step=step,
+        max_steps=10,
+        seconds=seconds,
+        phase_seconds={"rollout": 1.0, "reference": 0.25, "train": 0.5, "weight_sync": 0.25},
+        rewards=np.array([0.0, 0.5, 1.0]),
+        real_tokens=75,
+        slot_tokens=100,
+        packed=packed,
+        **extra,
+    )
 
 
 def samples(metrics: m.TrainerMetrics) -> dict:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in metrics.registry.collect() for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+    }
 
 
 def test_steps_phases_tokens_rewards() -> None:
@@ -36,14 +47,21 @@ def test_steps_phases_tokens_rewards() -> None:
     assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="false") == 2
     assert value(s, "rljob_trainer_step_duration_seconds_sum") == 6.0
     assert {lb["phase"] for lb in runs.series(s, "rljob_trainer_phase_duration_seconds_count")} == {
-        "rollout", "ref_inference", "actor_train", "weight_sync"}
+        "rollout",
+        "ref_inference",
+        "actor_train",
+        "weight_sync",
+    }
     assert value(s, "rljob_trainer_phase_duration_seconds_sum", phase="ref_inference") == 0.75
     assert value(s, "rljob_trainer_packing_capacity_tokens_total", packed="true") == 300
     assert value(s, "rljob_trainer_packing_padding_tokens_total", packed="true") == 75
     assert value(s, "rljob_trainer_tokens_total") == 225
     assert value(s, "rljob_trainer_tokens_per_second") == 37.5
-    assert (value(s, "rljob_trainer_reward_min"), value(s, "rljob_trainer_reward_mean"),
-            value(s, "rljob_trainer_reward_max")) == (0.0, 0.5, 1.0)
+    assert (
+        value(s, "rljob_trainer_reward_min"),
+        value(s, "rljob_trainer_reward_mean"),
+        value(s, "rljob_trainer_reward_max"),
+    ) == (0.0, 0.5, 1.0)
     assert value(s, "rljob_trainer_global_step") == 3
     assert value(s, "rljob_trainer_step_time_baseline_seconds") == 3.0
 
@@ -80,8 +98,12 @@ def test_stall_threshold_covers_long_steps_and_checkpoint_pauses(monkeypatch) ->
 
 def test_start_serves_http_and_close_servers_stops_it() -> None:
     port = runs.free_port()
-    job = SimpleNamespace(metadata=SimpleNamespace(name="served"), spec=SimpleNamespace(
-        metrics=SimpleNamespace(port=port, stepTimeBaselineSeconds=7.0), grpo=SimpleNamespace(maxSteps=5)))
+    job = SimpleNamespace(
+        metadata=SimpleNamespace(name="served"),
+        spec=SimpleNamespace(
+            metrics=SimpleNamespace(port=port, stepTimeBaselineSeconds=7.0), grpo=SimpleNamespace(maxSteps=5)
+        ),
+    )
     recorder = StepRecorder(max_steps=5, packed=False)
     tm = m.start(job, 0, recorder, addr="127.0.0.1")
     try:

@@ -23,7 +23,9 @@ BASELINE = 2.5
 @pytest.mark.slow
 def test_metrics_during_and_after_a_real_run(tmp_path: Path) -> None:
     port = runs.free_port()
-    config = runs.write(tmp_path / "rljob.yaml", runs.manifest("metrics-e2e", STEPS, port=port, baseline=BASELINE))
+    config = runs.write(
+        tmp_path / "rljob.yaml", runs.manifest("metrics-e2e", STEPS, port=port, baseline=BASELINE)
+    )
     started = time.time()
     proc = runs.start(config, RLJOB_METRICS_LINGER_SECONDS="5")
     during: list[dict] = []

@@ -210,7 +210,10 @@ def test_trainer_security_context_comes_from_the_operator_options() -> None:
     from rljob_operator.render import render_jobset
 
     job = make_rljob("sec").obj()
-    container = lambda js: js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]  # noqa: E731
+
+    def container(js: dict) -> dict:
+        return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+
     assert "securityContext" not in container(render_jobset(job))
     options = options_from(build_parser().parse_args(["--trainer-security-context", '{"privileged": true}']))
     assert container(render_jobset(job, options.render))["securityContext"] == {"privileged": True}

@@ -31,8 +31,9 @@ def fake_run(seed: int = 0) -> SimpleNamespace:
     model = Tiny(seed)
     opt = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
     trainer = SimpleNamespace(model=model, optimizer=opt, _train_steps=0, _iter_steps=0)
-    return SimpleNamespace(cluster=SimpleNamespace(actor_trainer=trainer, global_steps=0),
-                           learner=SimpleNamespace(_step=0))
+    return SimpleNamespace(
+        cluster=SimpleNamespace(actor_trainer=trainer, global_steps=0), learner=SimpleNamespace(_step=0)
+    )
 
 
 def train_step(run: SimpleNamespace) -> None:

@@ -37,8 +37,10 @@ def _assert_same_params(a: Path, b: Path, step: int) -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run: its final checkpoint is the expected result."""
     tmp = tmp_path_factory.mktemp("reference")
-    config = runs.write(tmp / "rljob.yaml", runs.manifest("ref", STEPS, ckpt_dir=tmp / "ckpt", interval=INTERVAL,
-                                                          port=runs.free_port()))
+    config = runs.write(
+        tmp / "rljob.yaml",
+        runs.manifest("ref", STEPS, ckpt_dir=tmp / "ckpt", interval=INTERVAL, port=runs.free_port()),
+    )
     rc, out = runs.run(config, "--log-every", "1")
     assert rc == 0, out
     assert _steps(out) == list(range(1, STEPS + 1))
@@ -48,8 +50,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _interrupt(tmp: Path, after_step: int, sig: int) -> tuple[Path, Path, int, str]:
     """Start a run, send ``sig`` once ``after_step`` is printed; returns (config, ckpt dir, rc, output)."""
     ckpt = tmp / "ckpt"
-    config = runs.write(tmp / "rljob.yaml", runs.manifest("ref", STEPS, ckpt_dir=ckpt, interval=INTERVAL,
-                                                          port=runs.free_port()))
+    config = runs.write(
+        tmp / "rljob.yaml",
+        runs.manifest("ref", STEPS, ckpt_dir=ckpt, interval=INTERVAL, port=runs.free_port()),
+    )
     proc = runs.start(config)
     lines: list[str] = []
     try:

@@ -44,7 +44,9 @@ def bridge() -> types.ModuleType:
 
 
 def test_lengths_and_updates(bridge: types.ModuleType) -> None:
-    s = spec(grpo={"batchSize": 8, "miniBatchSize": 4, "microBatchSize": 2, "numIterations": 3, "maxSteps": 5})
+    s = spec(
+        grpo={"batchSize": 8, "miniBatchSize": 4, "microBatchSize": 2, "numIterations": 3, "maxSteps": 5}
+    )
     n = bridge.lengths(s)
     assert (n.prompt, n.completion, n.total) == (16, 48, 64)
     assert bridge.updates_per_step(s) == 2 * 3
@@ -80,7 +82,9 @@ def test_unpacked_spec_uses_tunix_grpo(bridge: types.ModuleType) -> None:
     assert bridge.learner_class(spec()) == (grpo_learner.GRPOLearner, {})
 
 
-def test_packed_spec_uses_the_packing_learner(bridge: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packed_spec_uses_the_packing_learner(
+    bridge: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = types.ModuleType("rljob_trainer.packing")
     fake.PackedGRPOLearner = type("PackedGRPOLearner", (), {})  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "rljob_trainer.packing", fake)
@@ -90,8 +94,9 @@ def test_packed_spec_uses_the_packing_learner(bridge: types.ModuleType, monkeypa
     assert extra == {"row_tokens": 256, "row_multiple": 1}
 
 
-def test_packed_spec_without_packing_learner_trains_unpacked(bridge: types.ModuleType,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packed_spec_without_packing_learner_trains_unpacked(
+    bridge: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tunix.rl.grpo import grpo_learner
 
     empty = types.ModuleType("rljob_trainer.packing")
@@ -107,7 +112,9 @@ def test_tiny_models_build_for_every_supported_family(bridge: types.ModuleType) 
         assert cfg.num_layers == 2 and cfg.embed_dim == 64
 
 
-@pytest.mark.parametrize(("family", "size"), [(f, s) for f, fam in models.FAMILIES.items() for s in fam.sizes])
+@pytest.mark.parametrize(
+    ("family", "size"), [(f, s) for f, fam in models.FAMILIES.items() for s in fam.sizes]
+)
 def test_every_named_size_is_a_tunix_config(bridge: types.ModuleType, family: str, size: str) -> None:
     s = spec(model={"family": family, "size": size, "checkpointPath": "gs://b/w"})
     assert models.check_model_spec(s.model) == []

@@ -48,8 +48,14 @@ def run_trainer(tmp_path: Path, doc: dict[str, Any] | str, *extra: str) -> subpr
     path = tmp_path / "rljob.yaml"
     path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}"}
-    return subprocess.run([sys.executable, "-m", "rljob_trainer", "--config", str(path), *extra],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "rljob_trainer", "--config", str(path), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def weights_dir(tmp_path: Path, with_weights: bool) -> str:
@@ -64,8 +70,10 @@ BAD = {
     "unknown family": ({"model.family": "gpt9"}, "spec.model.family"),
     "unknown size": ({"model.size": "9b"}, "spec.model.size: unknown size '9b'"),
     "missing checkpoint": ({"model.size": "8b"}, "spec.model.checkpointPath: required"),
-    "checkpoint not a dir": ({"model.size": "8b", "model.checkpointPath": "/nonexistent/q"},
-                             "spec.model.checkpointPath: /nonexistent/q is not a directory"),
+    "checkpoint not a dir": (
+        {"model.size": "8b", "model.checkpointPath": "/nonexistent/q"},
+        "spec.model.checkpointPath: /nonexistent/q is not a directory",
+    ),
     "tiny with checkpoint": ({"model.checkpointPath": "/x"}, "spec.model.checkpointPath"),
     "tiny with tokenizer": ({"model.tokenizerPath": "/x"}, "spec.model.tokenizerPath"),
     "row too short": ({"packing.maxSeqTokenPerTpu": 32}, "spec.packing.maxSeqTokenPerTpu"),
@@ -86,15 +94,17 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path, case: str) -> None:
 
 
 def test_checkpoint_dir_without_weights_exits_2(tmp_path: Path) -> None:
-    proc = run_trainer(tmp_path, manifest(**{"model.size": "0.6b",
-                                             "model.checkpointPath": weights_dir(tmp_path, False)}))
+    proc = run_trainer(
+        tmp_path, manifest(**{"model.size": "0.6b", "model.checkpointPath": weights_dir(tmp_path, False)})
+    )
     assert proc.returncode == 2
     assert "spec.model.checkpointPath: no *.safetensors files" in proc.stderr
 
 
 def test_every_problem_is_listed(tmp_path: Path) -> None:
-    proc = run_trainer(tmp_path, manifest(**{"model.size": "8b", "maxPrefillPredictLength": 4,
-                                             "model.tokenizerPath": "/t"}))
+    proc = run_trainer(
+        tmp_path, manifest(**{"model.size": "8b", "maxPrefillPredictLength": 4, "model.tokenizerPath": "/t"})
+    )
     assert proc.returncode == 2
     assert "spec.model.checkpointPath" in proc.stderr
 
@@ -105,11 +115,14 @@ def test_override_is_validated_like_the_manifest(tmp_path: Path) -> None:
     assert "spec.grpo.maxSteps" in proc.stderr
 
 
-@pytest.mark.parametrize(("doc", "expected"), [
-    ("kind: [unclosed", "<yaml>"),
-    (yaml.safe_dump({**BASE, "apiVersion": "v1"}), "apiVersion"),
-    (yaml.safe_dump({**BASE, "spec": {**BASE["spec"], "modle": {}}}), "spec.modle"),
-])
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ("kind: [unclosed", "<yaml>"),
+        (yaml.safe_dump({**BASE, "apiVersion": "v1"}), "apiVersion"),
+        (yaml.safe_dump({**BASE, "spec": {**BASE["spec"], "modle": {}}}), "spec.modle"),
+    ],
+)
 def test_invalid_rljob_exits_2(tmp_path: Path, doc: str, expected: str) -> None:
     proc = run_trainer(tmp_path, doc)
     assert proc.returncode == 2
@@ -118,8 +131,14 @@ def test_invalid_rljob_exits_2(tmp_path: Path, doc: str, expected: str) -> None:
 
 def test_missing_config_file_exits_2(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}"}
-    proc = subprocess.run([sys.executable, "-m", "rljob_trainer", "--config", str(tmp_path / "none.yaml")],
-                          capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rljob_trainer", "--config", str(tmp_path / "none.yaml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert "--config" in proc.stderr
 
@@ -128,9 +147,11 @@ def test_crash_exits_1(tmp_path: Path) -> None:
     """A failure that is not the config's fault is retryable: exit 1 with the traceback."""
     path = tmp_path / "rljob.yaml"
     path.write_text(yaml.safe_dump(manifest()))
-    code = ("import sys, rljob_trainer.main as m\n"
-            "def boom(*a, **k):\n    raise RuntimeError('host lost')\n"
-            f"m.train = boom\nsys.exit(m.main(['--config', {str(path)!r}]))\n")
+    code = (
+        "import sys, rljob_trainer.main as m\n"
+        "def boom(*a, **k):\n    raise RuntimeError('host lost')\n"
+        f"m.train = boom\nsys.exit(m.main(['--config', {str(path)!r}]))\n"
+    )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 1

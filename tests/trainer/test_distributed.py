@@ -19,12 +19,21 @@ def test_mode_from_environment() -> None:
     assert distributed.mode({"TPU_WORKER_HOSTNAMES": "h0,h1", "TPU_WORKER_ID": "1"}) == "tpu"
     env = {"RLJOB_COORDINATOR": "10.0.0.1:1234", "RLJOB_NUM_PROCESSES": "4", "RLJOB_PROCESS_ID": "3"}
     assert distributed.mode(env) == "explicit"
-    assert distributed.explicit_args(env) == {"coordinator_address": "10.0.0.1:1234", "num_processes": 4,
-                                              "process_id": 3}
+    assert distributed.explicit_args(env) == {
+        "coordinator_address": "10.0.0.1:1234",
+        "num_processes": 4,
+        "process_id": 3,
+    }
 
 
-@pytest.mark.parametrize("bad", [{"RLJOB_NUM_PROCESSES": "2"}, {"RLJOB_NUM_PROCESSES": "x", "RLJOB_PROCESS_ID": "0"},
-                                 {"RLJOB_NUM_PROCESSES": "2", "RLJOB_PROCESS_ID": "2"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"RLJOB_NUM_PROCESSES": "2"},
+        {"RLJOB_NUM_PROCESSES": "x", "RLJOB_PROCESS_ID": "0"},
+        {"RLJOB_NUM_PROCESSES": "2", "RLJOB_PROCESS_ID": "2"},
+    ],
+)
 def test_bad_explicit_environment_names_the_variable(bad: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="RLJOB_"):
         distributed.explicit_args({"RLJOB_COORDINATOR": "127.0.0.1:1", **bad})
@@ -39,12 +48,23 @@ def test_single_process_any_process_is_the_local_flag() -> None:
 def test_two_processes_on_loopback_train_and_both_export_metrics(tmp_path: Path) -> None:
     steps = 1
     ports = [runs.free_port(), runs.free_port()]
-    config = runs.write(tmp_path / "rljob.yaml",
-                        runs.manifest("two-hosts", steps, ckpt_dir=tmp_path / "ckpt", interval=1, port=ports[0]))
+    config = runs.write(
+        tmp_path / "rljob.yaml",
+        runs.manifest("two-hosts", steps, ckpt_dir=tmp_path / "ckpt", interval=1, port=ports[0]),
+    )
     coordinator = f"127.0.0.1:{runs.free_port()}"
-    procs = [runs.start(config, "--metrics-port", str(ports[i]), RLJOB_COORDINATOR=coordinator,
-                        RLJOB_NUM_PROCESSES="2", RLJOB_PROCESS_ID=str(i), RLJOB_METRICS_LINGER_SECONDS="10")
-             for i in range(2)]
+    procs = [
+        runs.start(
+            config,
+            "--metrics-port",
+            str(ports[i]),
+            RLJOB_COORDINATOR=coordinator,
+            RLJOB_NUM_PROCESSES="2",
+            RLJOB_PROCESS_ID=str(i),
+            RLJOB_METRICS_LINGER_SECONDS="10",
+        )
+        for i in range(2)
+    ]
     outputs: list[str] = []
     try:
         for proc in procs:
@@ -68,6 +88,7 @@ def test_two_processes_on_loopback_train_and_both_export_metrics(tmp_path: Path)
 
     # A checkpoint per step (interval 1), written by both processes together; only process 0 logs it.
     assert sorted(int(p.name) for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == list(
-        range(1, steps + 1))
+        range(1, steps + 1)
+    )
     assert f"checkpoint: saved step {steps}" in outputs[0]
     assert "checkpoint: saved" not in outputs[1]

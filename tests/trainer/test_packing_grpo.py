@@ -38,7 +38,13 @@ def loss_and_grads(model, fn):
         ("qwen3", "blocked", {}, True, True),
         ("qwen3", "blocked", {"loss_agg_mode": "token-mean"}, False, True),
         ("qwen3", "blocked", {"loss_agg_mode": "seq-mean-token-sum"}, True, False),
-        ("qwen3", "blocked", {"loss_agg_mode": "sequence-mean-token-scale", "loss_algo": "gspo-token"}, True, True),
+        (
+            "qwen3",
+            "blocked",
+            {"loss_agg_mode": "sequence-mean-token-scale", "loss_algo": "gspo-token"},
+            True,
+            True,
+        ),
         ("llama3", "blocked", {}, True, True),
         ("gemma3", "dense", {}, True, True),
     ],
@@ -46,14 +52,16 @@ def loss_and_grads(model, fn):
 def test_loss_and_grads_packed_equal_unpacked(family, attention, overrides, beta, old):
     model = tiny_model(family, seed=1)
     cfg = grpo_config(**overrides)
-    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=2,
-                              beta=beta, old_logps=old)
+    ex = random_train_example(
+        PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=2, beta=beta, old_logps=old
+    )
     packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
     assert plan.rows_used < len(PROMPTS)
     packed_fn = make_packed_grpo_loss_fn(attention=attention, block=BLOCK)
 
     want_loss, want_aux, want_g = loss_and_grads(
-        model, lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID))
+        model, lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)
+    )
     got_loss, got_aux, got_g = loss_and_grads(model, lambda m: packed_fn(m, packed, cfg))
     assert abs(got_loss - want_loss) < 1e-5
     for key in ("kl", "kl_loss", "pg_loss", "entropy", "pg_clipfrac", "ppo_kl"):
@@ -83,7 +91,9 @@ def test_packed_step_makes_the_same_updates_as_unpacked():
     _, steps_u, iters_u, params_u = run_step(GRPOLearner)
     learner, steps_p, iters_p, params_p = run_step(PackedGRPOLearner, row_tokens=32, attention_block=8)
     assert (steps_p, iters_p) == (steps_u, iters_u) == (4, 8)
-    assert learner.packing_stats.micro_batches == 4  # 2 mini x 2 micro, packed once, reused per iteration  # one packed [rows, 32] batch per micro-batch
+    assert (
+        learner.packing_stats.micro_batches == 4
+    )  # 2 mini x 2 micro, packed once, reused per iteration  # one packed [rows, 32] batch per micro-batch
     moved = max(np.abs(p - q).max() for p, q in zip(params_u, run_initial_params(), strict=True))
     assert moved > 1e-6  # training did change the weights
     for p, q in zip(params_p, params_u, strict=True):
@@ -97,5 +107,6 @@ def run_initial_params():
 def test_learner_refuses_a_row_shorter_than_a_sequence():
     cluster = tiny_cluster("qwen3", max_prompt=8, max_completion=24)
     with pytest.raises(RowTooShortError, match=r"spec\.packing\.maxSeqTokenPerTpu=31"):
-        PackedGRPOLearner(rl_cluster=cluster, algo_config=grpo_config(), reward_fns=[length_reward],
-                          row_tokens=31)
+        PackedGRPOLearner(
+            rl_cluster=cluster, algo_config=grpo_config(), reward_fns=[length_reward], row_tokens=31
+        )

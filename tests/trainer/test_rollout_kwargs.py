@@ -46,8 +46,9 @@ def test_memory_fraction_follows_spec() -> None:
 
 
 def test_tiny_model_dtype_is_float32() -> None:
-    s = spec().model_copy(update={"model": spec().model.model_copy(update={"size": "tiny",
-                                                                            "checkpointPath": None})})
+    s = spec().model_copy(
+        update={"model": spec().model.model_copy(update={"size": "tiny", "checkpointPath": None})}
+    )
     assert rollout.vllm_engine_kwargs(s)["dtype"] == "float32"
 
 

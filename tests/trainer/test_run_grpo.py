@@ -32,8 +32,14 @@ BASE: dict[str, Any] = {
         "maxPrefillPredictLength": 16,
         "maxTargetLength": 48,
         "rollout": {"engine": "vanilla", "temperature": 1.0},
-        "grpo": {"numGenerations": 4, "batchSize": 8, "beta": 0.04, "learningRate": 0.01, "maxSteps": 20,
-                 "seed": 7},
+        "grpo": {
+            "numGenerations": 4,
+            "batchSize": 8,
+            "beta": 0.04,
+            "learningRate": 0.01,
+            "maxSteps": 20,
+            "seed": 7,
+        },
     },
 }
 
@@ -99,4 +105,3 @@ def test_packed_and_unpacked_runs_agree() -> None:
     assert pu.keys() == pp.keys()
     for name in pu:
         np.testing.assert_allclose(pp[name], pu[name], atol=1e-4, err_msg=name)
-

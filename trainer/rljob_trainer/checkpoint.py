@@ -82,9 +82,15 @@ class Checkpointer:
     still stops the run after the current step).
     """
 
-    def __init__(self, directory: str | None, interval: int, seed: int, max_steps: int,
-                 on_saved: Callable[[int, float], None] | None = None,
-                 on_resumed: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | None,
+        interval: int,
+        seed: int,
+        max_steps: int,
+        on_saved: Callable[[int, float], None] | None = None,
+        on_resumed: Callable[[int], None] | None = None,
+    ) -> None:
         import orbax.checkpoint as ocp
 
         self.directory = directory
@@ -101,8 +107,9 @@ class Checkpointer:
         self._manager: Any = None
         if directory:
             options = ocp.CheckpointManagerOptions(max_to_keep=MAX_TO_KEEP, create=True)
-            self._manager = ocp.CheckpointManager(directory, options=options,
-                                                  item_names=("params", "optimizer", "meta"))
+            self._manager = ocp.CheckpointManager(
+                directory, options=options, item_names=("params", "optimizer", "meta")
+            )
 
     # --- what is saved -----------------------------------------------------------------------------
     @staticmethod
@@ -118,10 +125,16 @@ class Checkpointer:
             "format": FORMAT,
             "step": step,
             "data_position": step,
-            "rng": {"seed": self.seed, "next_step": step + 1,
-                    "scheme": "rollout seed = SeedSequence([seed, step, call]); batch = batch_at(step)"},
-            "tunix": {"train_steps": int(trainer._train_steps), "iter_steps": int(trainer._iter_steps),
-                      "global_steps": int(run.cluster.global_steps)},
+            "rng": {
+                "seed": self.seed,
+                "next_step": step + 1,
+                "scheme": "rollout seed = SeedSequence([seed, step, call]); batch = batch_at(step)",
+            },
+            "tunix": {
+                "train_steps": int(trainer._train_steps),
+                "iter_steps": int(trainer._iter_steps),
+                "global_steps": int(run.cluster.global_steps),
+            },
             "max_steps": self.max_steps,
             "saved_at": time.time(),
         }
@@ -137,10 +150,15 @@ class Checkpointer:
             return False
         started = time.perf_counter()
         params, opt = self._states(run)
-        self._manager.save(step, args=ocp.args.Composite(
-            params=ocp.args.StandardSave(nnx.to_pure_dict(params)),
-            optimizer=ocp.args.StandardSave(nnx.to_pure_dict(opt)),
-            meta=ocp.args.JsonSave(self._meta(run, step))), force=True)
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(nnx.to_pure_dict(params)),
+                optimizer=ocp.args.StandardSave(nnx.to_pure_dict(opt)),
+                meta=ocp.args.JsonSave(self._meta(run, step)),
+            ),
+            force=True,
+        )
         self._manager.wait_until_finished()
         seconds = time.perf_counter() - started
         self.last_saved = step
@@ -175,12 +193,18 @@ class Checkpointer:
         from flax import nnx
 
         params, opt = self._states(run)
-        abstract = {k: jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(s))
-                    for k, s in (("params", params), ("optimizer", opt))}
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore(abstract["params"]),
-            optimizer=ocp.args.StandardRestore(abstract["optimizer"]),
-            meta=ocp.args.JsonRestore()))
+        abstract = {
+            k: jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(s))
+            for k, s in (("params", params), ("optimizer", opt))
+        }
+        restored = self._manager.restore(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardRestore(abstract["params"]),
+                optimizer=ocp.args.StandardRestore(abstract["optimizer"]),
+                meta=ocp.args.JsonRestore(),
+            ),
+        )
         meta = dict(restored["meta"])
         if meta.get("format") != FORMAT or meta.get("step") != step:
             raise ValueError(f"checkpoint {step}: unexpected metadata {meta}")
@@ -203,13 +227,23 @@ class Checkpointer:
             try:
                 meta = self.restore_into(run, step)
             except Exception as exc:  # any read/parse failure means "not a usable checkpoint"
-                _info("checkpoint: step %d in %s is unreadable (%s: %s); skipping it", step, self.directory,
-                      type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+                _info(
+                    "checkpoint: step %d in %s is unreadable (%s: %s); skipping it",
+                    step,
+                    self.directory,
+                    type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "",
+                )
                 self._move_aside(step)
                 continue
             if meta["rng"]["seed"] != self.seed:
-                _info("checkpoint: step %d was trained with seed %s, the spec now says %s: the rest of the "
-                      "run follows the new seed", step, meta["rng"]["seed"], self.seed)
+                _info(
+                    "checkpoint: step %d was trained with seed %s, the spec now says %s: the rest of the "
+                    "run follows the new seed",
+                    step,
+                    meta["rng"]["seed"],
+                    self.seed,
+                )
             self._position(run, meta)
             _info("checkpoint: resumed from step %d (%s)", step, self.directory)
             if self.on_resumed is not None:
@@ -249,8 +283,10 @@ class Checkpointer:
 
         def handler(signum: int, frame: FrameType | None) -> None:
             self.sigterm = True
-            _info("SIGTERM received: finishing the current step, then checkpointing and exiting %d",
-                  EXIT_PREEMPTED)
+            _info(
+                "SIGTERM received: finishing the current step, then checkpointing and exiting %d",
+                EXIT_PREEMPTED,
+            )
 
         if threading.current_thread() is not threading.main_thread():  # only the main thread may (tests)
             log.warning("not in the main thread: no SIGTERM handler installed")
@@ -275,9 +311,14 @@ def for_job(job: Any, recorder: StepRecorder, metrics: Any | None = None) -> Che
     Without ``spec.checkpoint.directory`` nothing is saved, but SIGTERM still stops after the current step.
     """
     spec = job.spec
-    ckpt = Checkpointer(spec.checkpoint.directory, spec.checkpoint.interval, spec.grpo.seed, spec.grpo.maxSteps,
-                        on_saved=metrics.on_checkpoint if metrics is not None else None,
-                        on_resumed=metrics.on_resume if metrics is not None else None)
+    ckpt = Checkpointer(
+        spec.checkpoint.directory,
+        spec.checkpoint.interval,
+        spec.grpo.seed,
+        spec.grpo.maxSteps,
+        on_saved=metrics.on_checkpoint if metrics is not None else None,
+        on_resumed=metrics.on_resume if metrics is not None else None,
+    )
     ckpt.recorder = recorder
     ckpt.install_sigterm_handler()
     recorder.callbacks.append(ckpt)

@@ -50,8 +50,9 @@ def explicit_args(environ: dict[str, str] | None = None) -> dict[str, object]:
         count = int(env[ENV_NUM_PROCESSES])
         index = int(env[ENV_PROCESS_ID])
     except (KeyError, ValueError) as exc:
-        raise ValueError(f"{ENV_COORDINATOR} is set, so {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID} must be "
-                         f"integers ({exc})") from None
+        raise ValueError(
+            f"{ENV_COORDINATOR} is set, so {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID} must be integers ({exc})"
+        ) from None
     if not 0 <= index < count:
         raise ValueError(f"{ENV_PROCESS_ID}={index} is outside 0..{ENV_NUM_PROCESSES}-1 ({count - 1})")
     return {"coordinator_address": env[ENV_COORDINATOR], "num_processes": count, "process_id": index}

@@ -41,14 +41,19 @@ DEFAULT_CONFIG = "/etc/rljob/rljob.yaml"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="rljob_trainer", description="GRPO post-training from an RLJob manifest.")
+    p = argparse.ArgumentParser(
+        prog="rljob_trainer", description="GRPO post-training from an RLJob manifest."
+    )
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"RLJob YAML (default {DEFAULT_CONFIG})")
     p.add_argument("--max-steps", type=int, help="override spec.grpo.maxSteps")
     p.add_argument("--seed", type=int, help="override spec.grpo.seed")
     p.add_argument("--no-packing", action="store_true", help="override spec.packing.maxSeqTokenPerTpu to 0")
     p.add_argument("--metrics-port", type=int, help="override spec.metrics.port")
-    p.add_argument("--workdir", help="local directory for run outputs (checkpoints when spec.checkpoint "
-                   "has no directory); default: none")
+    p.add_argument(
+        "--workdir",
+        help="local directory for run outputs (checkpoints when spec.checkpoint "
+        "has no directory); default: none",
+    )
     p.add_argument("--log-every", type=int, default=1, help="print progress every N steps (default 1)")
     p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
     return p.parse_args(argv)
@@ -82,11 +87,13 @@ def preflight(job: RLJob, task: EmitTask) -> list[str]:
     if row and row < spec.maxTargetLength:  # also an API rule; re-checked because a packed row must hold
         errors.append(  # any prompt+completion, and one that does not fit would otherwise be dropped
             f"spec.packing.maxSeqTokenPerTpu: {row} is shorter than spec.maxTargetLength "
-            f"({spec.maxTargetLength}); a whole prompt+completion must fit one packed row")
+            f"({spec.maxTargetLength}); a whole prompt+completion must fit one packed row"
+        )
     if models.is_tiny(spec.model) and task.max_prompt_tokens() > spec.maxPrefillPredictLength:
         errors.append(
             f"spec.maxPrefillPredictLength: {spec.maxPrefillPredictLength} cannot hold the task's longest "
-            f"prompt ({task.max_prompt_tokens()} tokens with BOS)")
+            f"prompt ({task.max_prompt_tokens()} tokens with BOS)"
+        )
     return errors
 
 
@@ -106,8 +113,9 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
     if backend_errors:
         raise RLJobError(backend_errors, job.metadata.name)
     task = EmitTask(seed=spec.grpo.seed, batch_size=spec.grpo.batchSize)
-    recorder = StepRecorder(max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0,
-                            callbacks=callbacks)
+    recorder = StepRecorder(
+        max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0, callbacks=callbacks
+    )
     telemetry = metrics.start(job, procs.index, recorder)  # issue 6: /metrics on every host
     ckpt = checkpoint.for_job(job, recorder, telemetry)  # issue 6: saves every N steps and on SIGTERM
     from rljob_trainer.packing.rows import RowTooShortError
@@ -150,9 +158,12 @@ def main(argv: list[str] | None = None) -> int:
 
     _configure_logging()
     spec = job.spec
-    print(f"rljob trainer: {job.metadata.name}: {spec.model.family}/{spec.model.size}, rollout "
-          f"{spec.rollout.engine}, packing {spec.packing.maxSeqTokenPerTpu or 'off'}, "
-          f"{spec.grpo.maxSteps} steps of {spec.grpo.batchSize}x{spec.grpo.numGenerations}", flush=True)
+    print(
+        f"rljob trainer: {job.metadata.name}: {spec.model.family}/{spec.model.size}, rollout "
+        f"{spec.rollout.engine}, packing {spec.packing.maxSeqTokenPerTpu or 'off'}, "
+        f"{spec.grpo.maxSteps} steps of {spec.grpo.batchSize}x{spec.grpo.numGenerations}",
+        flush=True,
+    )
     callbacks: list[StepCallback] = [] if args.quiet else [ConsoleProgress(every=args.log_every)]
     started = time.perf_counter()
     try:
@@ -167,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return EXIT_RETRYABLE
     if run.recorder.stop_requested:  # SIGTERM: the checkpoint is saved; a restart resumes from it
-        print(f"stopped by SIGTERM after {len(run.recorder.reports)} steps; exit {EXIT_PREEMPTED}", flush=True)
+        print(
+            f"stopped by SIGTERM after {len(run.recorder.reports)} steps; exit {EXIT_PREEMPTED}", flush=True
+        )
         return EXIT_PREEMPTED
     print(f"done: {summary(run.recorder.reports)}; wall {time.perf_counter() - started:.1f}s", flush=True)
     return EXIT_OK

@@ -55,8 +55,13 @@ BUILD_INFO = "rljob_trainer_build_info"
 STEP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 """0.1 s to 10 min: prometheus-client's default buckets stop at 10 s, far too short for RL steps."""
 
-PHASE_LABELS = {"rollout": "rollout", "reference": "ref_inference", "old_logps": "old_logps",
-                "train": "actor_train", "weight_sync": "weight_sync"}
+PHASE_LABELS = {
+    "rollout": "rollout",
+    "reference": "ref_inference",
+    "old_logps": "old_logps",
+    "train": "actor_train",
+    "weight_sync": "weight_sync",
+}
 """progress.PHASES -> the ``phase`` label (Tunix's perf names: rollout, ref_inference, actor_train, ...)."""
 
 DEFAULT_STALL_THRESHOLD_SECONDS = 1800.0
@@ -77,8 +82,13 @@ def versions() -> dict[str, str]:
                 continue
         return "none"
 
-    return {"jax": version("jax"), "jaxlib": version("jaxlib"), "tunix": version("google-tunix"),
-            "libtpu": version("libtpu", "libtpu-nightly"), "version": version("rljob")}
+    return {
+        "jax": version("jax"),
+        "jaxlib": version("jaxlib"),
+        "tunix": version("google-tunix"),
+        "libtpu": version("libtpu", "libtpu-nightly"),
+        "version": version("rljob"),
+    }
 
 
 class TrainerMetrics:
@@ -88,55 +98,101 @@ class TrainerMetrics:
     not exported at all, so the regression alert (a join on it) stays silent instead of comparing to 0.
     """
 
-    def __init__(self, rljob: str = "", process: int = 0, baseline_seconds: float | None = None,
-                 max_steps: int = 0, stall_threshold_seconds: float | None = None,
-                 registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        rljob: str = "",
+        process: int = 0,
+        baseline_seconds: float | None = None,
+        max_steps: int = 0,
+        stall_threshold_seconds: float | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         base = ["rljob", "process"]
         self._labels = {"rljob": rljob, "process": str(process)}
         self.step_duration = Histogram(
-            STEP_DURATION, "Wall time of one global step (rollout to weight sync); compiled=true when XLA "
-            "compiled during the step.", [*base, "compiled"], buckets=STEP_BUCKETS, registry=r)
+            STEP_DURATION,
+            "Wall time of one global step (rollout to weight sync); compiled=true when XLA "
+            "compiled during the step.",
+            [*base, "compiled"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
         self.phase_duration = Histogram(
-            PHASE_DURATION, "Wall time of one phase of a global step.", [*base, "phase"],
-            buckets=STEP_BUCKETS, registry=r)
-        self.steps = Counter(STEPS, "Global steps completed by this process since it started.", base,
-                             registry=r)
-        self.global_step = Gauge(GLOBAL_STEP, "Last completed global step (continues across resumes).",
-                                 base, registry=r)
+            PHASE_DURATION,
+            "Wall time of one phase of a global step.",
+            [*base, "phase"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.steps = Counter(
+            STEPS, "Global steps completed by this process since it started.", base, registry=r
+        )
+        self.global_step = Gauge(
+            GLOBAL_STEP, "Last completed global step (continues across resumes).", base, registry=r
+        )
         self.max_steps = Gauge(MAX_STEPS, "spec.grpo.maxSteps.", base, registry=r)
-        self.last_step = Gauge(LAST_STEP_TIMESTAMP, "Unix time the last global step completed (the "
-                               "process start time until the first step completes).", base, registry=r)
-        self.baseline = Gauge(STEP_TIME_BASELINE, "spec.metrics.stepTimeBaselineSeconds (expected "
-                              "seconds per global step); absent when unset.", base, registry=r)
+        self.last_step = Gauge(
+            LAST_STEP_TIMESTAMP,
+            "Unix time the last global step completed (the "
+            "process start time until the first step completes).",
+            base,
+            registry=r,
+        )
+        self.baseline = Gauge(
+            STEP_TIME_BASELINE,
+            "spec.metrics.stepTimeBaselineSeconds (expected seconds per global step); absent when unset.",
+            base,
+            registry=r,
+        )
         self.stall_threshold = Gauge(
-            STALL_THRESHOLD, "Seconds without a step after which training counts as stalled: the "
+            STALL_THRESHOLD,
+            "Seconds without a step after which training counts as stalled: the "
             f"configured minimum ({STALL_THRESHOLD_ENV}) or twice the longest step plus the longest "
-            "checkpoint save seen, whichever is larger.", base, registry=r)
+            "checkpoint save seen, whichever is larger.",
+            base,
+            registry=r,
+        )
         self.capacity_tokens = Counter(
-            CAPACITY_TOKENS, "Token slots the actor computed over (rows x row length).",
-            [*base, "packed"], registry=r)
+            CAPACITY_TOKENS,
+            "Token slots the actor computed over (rows x row length).",
+            [*base, "packed"],
+            registry=r,
+        )
         self.padding_tokens = Counter(
-            PADDING_TOKENS, "Token slots that held padding, not real tokens.", [*base, "packed"],
-            registry=r)
-        self.tokens = Counter(TOKENS, "Real (prompt + completion) tokens the actor trained on.", base,
-                              registry=r)
-        self.tokens_per_second = Gauge(TOKENS_PER_SECOND, "Real tokens trained on per second of the last "
-                                       "step.", base, registry=r)
+            PADDING_TOKENS, "Token slots that held padding, not real tokens.", [*base, "packed"], registry=r
+        )
+        self.tokens = Counter(
+            TOKENS, "Real (prompt + completion) tokens the actor trained on.", base, registry=r
+        )
+        self.tokens_per_second = Gauge(
+            TOKENS_PER_SECOND, "Real tokens trained on per second of the last step.", base, registry=r
+        )
         self.reward_mean = Gauge(REWARD_MEAN, "Mean reward of the last step's completions.", base, registry=r)
-        self.reward_min = Gauge(REWARD_MIN, "Minimum reward of the last step's completions.", base, registry=r)
-        self.reward_max = Gauge(REWARD_MAX, "Maximum reward of the last step's completions.", base, registry=r)
+        self.reward_min = Gauge(
+            REWARD_MIN, "Minimum reward of the last step's completions.", base, registry=r
+        )
+        self.reward_max = Gauge(
+            REWARD_MAX, "Maximum reward of the last step's completions.", base, registry=r
+        )
         self.compile_seconds = Counter(COMPILE_SECONDS, "XLA backend compile time.", base, registry=r)
         self.checkpoint_save = Histogram(
-            CHECKPOINT_SAVE_DURATION, "Wall time the training loop paused to save a checkpoint.", base,
-            buckets=STEP_BUCKETS, registry=r)
-        self.checkpoint_last_step = Gauge(CHECKPOINT_LAST_STEP, "Global step of the last saved checkpoint.",
-                                          base, registry=r)
-        self.resumed_step = Gauge(RESUMED_STEP, "Global step this process resumed from (0: fresh start).",
-                                  base, registry=r)
-        self.build_info = Gauge(BUILD_INFO, "Versions of the trainer's stack (value 1).",
-                                [*base, *versions()], registry=r)
+            CHECKPOINT_SAVE_DURATION,
+            "Wall time the training loop paused to save a checkpoint.",
+            base,
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.checkpoint_last_step = Gauge(
+            CHECKPOINT_LAST_STEP, "Global step of the last saved checkpoint.", base, registry=r
+        )
+        self.resumed_step = Gauge(
+            RESUMED_STEP, "Global step this process resumed from (0: fresh start).", base, registry=r
+        )
+        self.build_info = Gauge(
+            BUILD_INFO, "Versions of the trainer's stack (value 1).", [*base, *versions()], registry=r
+        )
 
         lb = self._labels
         self.build_info.labels(**lb, **versions()).set(1)
@@ -149,7 +205,9 @@ class TrainerMetrics:
         if baseline_seconds is not None:
             self.baseline.labels(**lb).set(baseline_seconds)
         if stall_threshold_seconds is None:
-            stall_threshold_seconds = float(os.environ.get(STALL_THRESHOLD_ENV, DEFAULT_STALL_THRESHOLD_SECONDS))
+            stall_threshold_seconds = float(
+                os.environ.get(STALL_THRESHOLD_ENV, DEFAULT_STALL_THRESHOLD_SECONDS)
+            )
         self._min_stall = stall_threshold_seconds
         self._longest_step = 0.0
         self._longest_save = 0.0
@@ -254,8 +312,12 @@ def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") ->
     long first compile is already visible), fed by ``recorder``'s step reports and by JAX's compile events.
     """
     spec = job.spec
-    metrics = TrainerMetrics(rljob=job.metadata.name, process=process_index,
-                             baseline_seconds=spec.metrics.stepTimeBaselineSeconds, max_steps=spec.grpo.maxSteps)
+    metrics = TrainerMetrics(
+        rljob=job.metadata.name,
+        process=process_index,
+        baseline_seconds=spec.metrics.stepTimeBaselineSeconds,
+        max_steps=spec.grpo.maxSteps,
+    )
     metrics.watch_compiles()
     _servers.append((MetricsServer(metrics, spec.metrics.port, addr=addr), metrics))
     recorder.callbacks.append(metrics)

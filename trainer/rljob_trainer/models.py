@@ -33,42 +33,80 @@ class Family:
     tiny: dict[str, Any]  # ModelConfig kwargs of the random demo model
 
 
-_TINY_COMMON = {"num_layers": 2, "embed_dim": 64, "hidden_dim": 128, "num_heads": 4, "head_dim": 16,
-                "num_kv_heads": 2}
+_TINY_COMMON = {
+    "num_layers": 2,
+    "embed_dim": 64,
+    "hidden_dim": 128,
+    "num_heads": 4,
+    "head_dim": 16,
+    "num_kv_heads": 2,
+}
 
 FAMILIES: dict[str, Family] = {
     "qwen3": Family(
         module="tunix.models.qwen3.model",
         model_class="Qwen3",
         params_module="tunix.models.qwen3.params",
-        sizes={"0.6b": "qwen3_0p6b", "1.7b": "qwen3_1p7b", "4b": "qwen3_4b", "8b": "qwen3_8b",
-               "14b": "qwen3_14b", "30b-a3b": "qwen3_30b_a3b", "32b": "qwen3_32b"},
-        tiny={**_TINY_COMMON, "vocab_size": task.VOCAB_SIZE, "rope_theta": 10_000, "norm_eps": 1e-6,
-              "use_tied_embedding": True},
+        sizes={
+            "0.6b": "qwen3_0p6b",
+            "1.7b": "qwen3_1p7b",
+            "4b": "qwen3_4b",
+            "8b": "qwen3_8b",
+            "14b": "qwen3_14b",
+            "30b-a3b": "qwen3_30b_a3b",
+            "32b": "qwen3_32b",
+        },
+        tiny={
+            **_TINY_COMMON,
+            "vocab_size": task.VOCAB_SIZE,
+            "rope_theta": 10_000,
+            "norm_eps": 1e-6,
+            "use_tied_embedding": True,
+        },
     ),
     "qwen2": Family(
         module="tunix.models.qwen2.model",
         model_class="Qwen2",
         params_module="tunix.models.qwen2.params",
         sizes={"0.5b": "qwen2p5_0p5b", "1.5b": "qwen2p5_1p5b", "3b": "qwen2p5_3b", "7b": "qwen2p5_7b"},
-        tiny={**_TINY_COMMON, "vocab_size": task.VOCAB_SIZE, "rope_theta": 10_000, "norm_eps": 1e-6,
-              "use_tied_embedding": True},
+        tiny={
+            **_TINY_COMMON,
+            "vocab_size": task.VOCAB_SIZE,
+            "rope_theta": 10_000,
+            "norm_eps": 1e-6,
+            "use_tied_embedding": True,
+        },
     ),
     "llama3": Family(
         module="tunix.models.llama3.model",
         model_class="Llama3",
         params_module="tunix.models.llama3.params",
-        sizes={"1b": "llama3p2_1b", "3b": "llama3p2_3b", "8b": "llama3p1_8b", "70b": "llama3p1_70b",
-               "405b": "llama3p1_405b"},
-        tiny={**_TINY_COMMON, "vocab_size": task.VOCAB_SIZE, "rope_theta": 10_000, "norm_eps": 1e-6,
-              "weight_tying": True},
+        sizes={
+            "1b": "llama3p2_1b",
+            "3b": "llama3p2_3b",
+            "8b": "llama3p1_8b",
+            "70b": "llama3p1_70b",
+            "405b": "llama3p1_405b",
+        },
+        tiny={
+            **_TINY_COMMON,
+            "vocab_size": task.VOCAB_SIZE,
+            "rope_theta": 10_000,
+            "norm_eps": 1e-6,
+            "weight_tying": True,
+        },
     ),
     "gemma3": Family(
         module="tunix.models.gemma3.model",
         model_class="Gemma3",
         params_module="tunix.models.gemma3.params_safetensors",
-        sizes={"270m": "gemma3_270m", "1b": "gemma3_1b_pt", "4b": "gemma3_4b_pt", "12b": "gemma3_12b_pt",
-               "27b": "gemma3_27b_pt"},
+        sizes={
+            "270m": "gemma3_270m",
+            "1b": "gemma3_1b_pt",
+            "4b": "gemma3_4b_pt",
+            "12b": "gemma3_12b_pt",
+            "27b": "gemma3_27b_pt",
+        },
         tiny={**_TINY_COMMON, "num_embed": task.VOCAB_SIZE, "sliding_window_size": 512},
     ),
 }
@@ -82,18 +120,26 @@ def check_model_spec(model: ModelSpec) -> list[str]:
     errors = []
     if model.size != TINY and model.size not in family.sizes:
         known = ", ".join([TINY, *family.sizes])
-        errors.append(f"spec.model.size: unknown size {model.size!r} for family {model.family}; known: {known}")
+        errors.append(
+            f"spec.model.size: unknown size {model.size!r} for family {model.family}; known: {known}"
+        )
         return errors
     if model.size == TINY:
         if model.checkpointPath is not None:
-            errors.append("spec.model.checkpointPath: size tiny is a random model; unset checkpointPath or "
-                          "pick a real size")
+            errors.append(
+                "spec.model.checkpointPath: size tiny is a random model; unset checkpointPath or "
+                "pick a real size"
+            )
         if model.tokenizerPath is not None:
-            errors.append("spec.model.tokenizerPath: size tiny uses the built-in 256-token tokenizer; unset it")
+            errors.append(
+                "spec.model.tokenizerPath: size tiny uses the built-in 256-token tokenizer; unset it"
+            )
         return errors
     if model.checkpointPath is None:
-        errors.append(f"spec.model.checkpointPath: required for size {model.size} (only size tiny starts from "
-                      "random weights)")
+        errors.append(
+            f"spec.model.checkpointPath: required for size {model.size} (only size tiny starts from "
+            "random weights)"
+        )
     elif "://" not in model.checkpointPath:  # local: check now; remote (gs://) is checked by the loader
         path = model.checkpointPath
         if not os.path.isdir(path):

@@ -202,5 +202,7 @@ def summary(reports: list[StepReport]) -> str:
     last = float(np.mean([r.reward_mean for r in reports[-k:]]))
     steady = reports[1:] or reports
     secs = float(np.mean([r.seconds for r in steady]))
-    return (f"{len(reports)} steps; reward {first:.3f} (first {k}) -> {last:.3f} (last {k}); "
-            f"{secs:.2f}s/step after the first; total {sum(r.seconds for r in reports):.1f}s")
+    return (
+        f"{len(reports)} steps; reward {first:.3f} (first {k}) -> {last:.3f} (last {k}); "
+        f"{secs:.2f}s/step after the first; total {sum(r.seconds for r in reports):.1f}s"
+    )

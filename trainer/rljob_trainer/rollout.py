@@ -50,11 +50,15 @@ def check_rollout_spec(spec: RLJobSpec) -> list[str]:
         return []
     errors = []
     if models.is_tiny(spec.model):
-        errors.append("spec.rollout.engine: vllm needs a real model size with spec.model.checkpointPath "
-                      "(vLLM reads the model config from it); use vanilla for size tiny")
+        errors.append(
+            "spec.rollout.engine: vllm needs a real model size with spec.model.checkpointPath "
+            "(vLLM reads the model config from it); use vanilla for size tiny"
+        )
     if importlib.util.find_spec("vllm") is None:
-        errors.append("spec.rollout.engine: vllm is not installed in this image (install rljob[tpu]: "
-                      "vllm-tpu + tpu-inference); use vanilla or a TPU image")
+        errors.append(
+            "spec.rollout.engine: vllm is not installed in this image (install rljob[tpu]: "
+            "vllm-tpu + tpu-inference); use vanilla or a TPU image"
+        )
     return errors
 
 

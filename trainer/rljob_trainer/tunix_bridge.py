@@ -49,9 +49,11 @@ class Lengths:
 
 
 def lengths(spec: RLJobSpec) -> Lengths:
-    return Lengths(prompt=spec.maxPrefillPredictLength,
-                   completion=spec.maxTargetLength - spec.maxPrefillPredictLength,
-                   total=spec.maxTargetLength)
+    return Lengths(
+        prompt=spec.maxPrefillPredictLength,
+        completion=spec.maxTargetLength - spec.maxPrefillPredictLength,
+        total=spec.maxTargetLength,
+    )
 
 
 def updates_per_step(spec: RLJobSpec) -> int:
@@ -131,8 +133,9 @@ def cluster_config(spec: RLJobSpec, mesh: jax.sharding.Mesh, tokenizer: Any) -> 
 
 def grpo_config(spec: RLJobSpec) -> grpo_learner.GRPOConfig:
     g = spec.grpo
-    return grpo_learner.GRPOConfig(num_generations=g.numGenerations, num_iterations=g.numIterations,
-                                   beta=g.beta, epsilon=g.epsilon)
+    return grpo_learner.GRPOConfig(
+        num_generations=g.numGenerations, num_iterations=g.numIterations, beta=g.beta, epsilon=g.epsilon
+    )
 
 
 def learner_class(spec: RLJobSpec, data_parallel: int = 1) -> tuple[type, dict[str, Any]]:
@@ -151,8 +154,10 @@ def learner_class(spec: RLJobSpec, data_parallel: int = 1) -> tuple[type, dict[s
             packed = None
         if packed is not None:
             return packed, {"row_tokens": spec.packing.maxSeqTokenPerTpu, "row_multiple": data_parallel}
-        log.warning("rljob_trainer.packing is not available in this build: training unpacked "
-                    "(same updates, no packing speed-up)")
+        log.warning(
+            "rljob_trainer.packing is not available in this build: training unpacked "
+            "(same updates, no packing speed-up)"
+        )
     return grpo_learner.GRPOLearner, {}
 
 
@@ -171,9 +176,13 @@ class _Instrumented:
     def _setup_instrumentation(self, recorder: StepRecorder, base_seed: int, start_step: int) -> None:
         self.recorder, self.base_seed, self._step, self._rollout_calls = recorder, base_seed, start_step, 0
         cluster = self.rl_cluster  # type: ignore[attr-defined]
-        for method, phase in (("generate", "rollout"), ("get_ref_per_token_logps", "reference"),
-                              ("get_old_per_token_logps", "old_logps"), ("update_actor", "train"),
-                              ("sync_weights", "weight_sync")):
+        for method, phase in (
+            ("generate", "rollout"),
+            ("get_ref_per_token_logps", "reference"),
+            ("get_old_per_token_logps", "old_logps"),
+            ("update_actor", "train"),
+            ("sync_weights", "weight_sync"),
+        ):
             setattr(cluster, method, _timed(getattr(cluster, method), recorder, phase))
 
     def rollout_seed(self, step: int, call: int) -> int:
@@ -255,8 +264,12 @@ def build(spec: RLJobSpec, reward_fns: list, recorder: StepRecorder, start_step:
     tokenizer = models.build_tokenizer(spec.model)
     actor = models.build_model(spec.model, mesh, seed=spec.grpo.seed)
     reference = models.build_model(spec.model, mesh, seed=spec.grpo.seed) if spec.grpo.beta > 0 else None
-    cluster = rl_cluster_lib.RLCluster(actor=actor, reference=reference, tokenizer=tokenizer,
-                                       cluster_config=cluster_config(spec, mesh, tokenizer))
+    cluster = rl_cluster_lib.RLCluster(
+        actor=actor,
+        reference=reference,
+        tokenizer=tokenizer,
+        cluster_config=cluster_config(spec, mesh, tokenizer),
+    )
     base, extra = learner_class(spec, data_parallel=mesh.shape["fsdp"])
     recorder.packed = base is not grpo_learner.GRPOLearner
     learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})
