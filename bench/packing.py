@@ -52,6 +52,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict:
     from flax import nnx
     from rljob_trainer.packing.example import pack_train_example
     from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
+    from rljob_trainer.packing.rows import ShapeCache
     from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
     from tunix.rl.algo_core import grpo_loss_fn
 
@@ -74,8 +75,11 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict:
         packed_loss = make_packed_grpo_loss_fn(attention=attention, block=args.block)
         loss = lambda m, ex: packed_loss(m, ex, cfg)  # noqa: E731
         inputs = []
+        # As PackedGRPOLearner does: one shape cache for the run, so steps reuse compiled shapes.
+        nb = args.row // args.block if block else 0
+        cache = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2)
         for ex in examples:
-            pex, plan = pack_train_example(ex, args.row, pad_id=PAD_ID, attention_block=block)
+            pex, plan = pack_train_example(ex, args.row, pad_id=PAD_ID, attention_block=block, shapes=cache)
             inputs.append(pex)
             stats["rows_used"] += plan.rows_used
             stats["rows"] += plan.num_rows

@@ -52,12 +52,25 @@ class BlockPairs:
     def count(self) -> int:
         return int(self.valid.sum())
 
+    def padded(self, total: int) -> BlockPairs:
+        """The same pairs followed by invalid ones up to ``total`` (valid pairs always come first)."""
+        n, size = self.count, self.valid.size
+        if total < max(n, 1):
+            raise ValueError(f"{n} block pairs do not fit in {total}")
+        if total <= size:
+            return BlockPairs(self.row[:total], self.q[:total], self.k[:total], self.valid[:total])
+        pad = np.zeros(total - size, np.int32)
+        return BlockPairs(
+            np.r_[self.row, pad], np.r_[self.q, pad], np.r_[self.k, pad], np.r_[self.valid, pad.astype(bool)]
+        )
+
 
 def block_pairs(segment_ids: np.ndarray, block: int, *, mantissa_bits: int = 3) -> BlockPairs:
     """The key blocks each query block can see, from contiguous segment ids (``[rows, L]`` numpy).
 
     Query block ``i`` of a row sees key blocks ``[start block of its first real segment, i]``; blocks
-    holding only padding are skipped.
+    holding only padding are skipped. The list is padded with invalid pairs to a geometric bucket of the
+    count (``BlockPairs.padded`` re-pads it to a shape the train step already compiled).
     """
     rows, L = segment_ids.shape
     if L % block:

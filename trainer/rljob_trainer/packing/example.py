@@ -14,6 +14,7 @@ else is refused: a hole would make the unpacked positions and the packed ones di
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljob_trainer.packing.attention import block_pairs
-from rljob_trainer.packing.rows import RowPlan, pack_rows, plan_rows
+from rljob_trainer.packing.rows import RowPlan, ShapeCache, pack_rows, plan_rows
 
 
 @flax.struct.dataclass(frozen=True)
@@ -79,11 +80,15 @@ def pack_train_example(
     pad_id: int,
     attention_block: int | None = None,
     row_multiple: int = 1,
+    shapes: ShapeCache | None = None,
 ) -> tuple[PackedTrainExample, RowPlan]:
     """Pack one Tunix ``TrainExample`` into rows of ``row_len`` tokens (best-fit decreasing).
 
     ``attention_block`` set: also list the block pairs for ``blocked_attention`` (``row_len`` must be a
     multiple of it). ``row_multiple``: the row count is a multiple of this (the data-parallel width).
+    ``shapes``: the run's ``ShapeCache`` (made with the same ``row_multiple``); rows and pairs are padded
+    to one of its shapes so consecutive micro-batches reuse the compiled train step. Without it the rows
+    and pairs are only bucketed (one compile per distinct bucket).
     Raises ``RowTooShortError`` (naming ``spec.packing.maxSeqTokenPerTpu``) if a sequence does not fit.
     """
     p_ids = np.asarray(example.prompt_ids)
@@ -98,14 +103,26 @@ def pack_train_example(
     seqs = [np.concatenate([p_ids[i, P - p_len[i] :], c_ids[i, : c_len[i]]]) for i in range(len(p_ids))]
     plan = plan_rows(p_len + c_len, row_len, multiple_of=row_multiple)
     rows = pack_rows(plan, seqs, pad_id)
+    bp = block_pairs(rows.segment_ids, attention_block) if attention_block is not None else None
+    if shapes is not None:
+        # Pad to a shape the train step has already compiled (or a new, covering one): see ShapeCache.
+        num_rows, num_pairs = shapes.fit(plan.rows_used, max(bp.count, 1) if bp else 0, max_rows=len(seqs))
+        if num_rows != plan.num_rows:
+            plan = dataclasses.replace(plan, num_rows=num_rows)
+            rows = pack_rows(plan, seqs, pad_id)
+        if bp is not None:
+            bp = bp.padded(num_pairs)
     base = plan.row.astype(np.int64) * row_len + plan.offset + p_len  # flat index of completion token 0
     cols = np.arange(c_ids.shape[1])[None]
     completion_index = np.where(c_mask, base[:, None] + cols, 0).astype(np.int32)
     pairs: dict[str, Any] = {}
-    if attention_block is not None:
-        bp = block_pairs(rows.segment_ids, attention_block)
-        pairs = {"pair_row": jnp.asarray(bp.row), "pair_q": jnp.asarray(bp.q), "pair_k": jnp.asarray(bp.k),
-                 "pair_valid": jnp.asarray(bp.valid)}
+    if bp is not None:
+        pairs = {
+            "pair_row": jnp.asarray(bp.row),
+            "pair_q": jnp.asarray(bp.q),
+            "pair_k": jnp.asarray(bp.k),
+            "pair_valid": jnp.asarray(bp.valid),
+        }
     packed = PackedTrainExample(
         tokens=jnp.asarray(rows.tokens),
         positions=jnp.asarray(rows.positions),

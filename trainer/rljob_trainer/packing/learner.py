@@ -26,7 +26,7 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 from rljob_trainer.packing.adapter import resolve_attention
 from rljob_trainer.packing.example import PackedTrainExample, pack_train_example
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
-from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError
+from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError, ShapeCache
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,13 @@ class PackedGRPOLearner(GRPOLearner):
         rollout_configs = rl_cluster.cluster_config.rollout_config
         for cfg in rollout_configs.values() if isinstance(rollout_configs, dict) else [rollout_configs]:
             check_row_length(row_tokens, cfg.max_prompt_length + cfg.max_tokens_to_generate)
-        super().__init__(rl_cluster=rl_cluster, algo_config=algo_config, reward_fns=reward_fns,
-                         metric_fns=metric_fns, data_shuffle_seed=data_shuffle_seed)
+        super().__init__(
+            rl_cluster=rl_cluster,
+            algo_config=algo_config,
+            reward_fns=reward_fns,
+            metric_fns=metric_fns,
+            data_shuffle_seed=data_shuffle_seed,
+        )
         self.row_len = row_tokens
         self.row_multiple = row_multiple
         self.attention = resolve_attention(rl_cluster.actor_trainer.model, attention)  # type: ignore[arg-type]
@@ -128,12 +133,22 @@ class PackedGRPOLearner(GRPOLearner):
             except ValueError:
                 if attention != "auto":
                     raise
-                log.warning("%s=%d is not a multiple of 8: packed attention falls back to a dense mask",
-                            ROW_FIELD, row_tokens)
+                log.warning(
+                    "%s=%d is not a multiple of 8: packed attention falls back to a dense mask",
+                    ROW_FIELD,
+                    row_tokens,
+                )
                 self.attention = "dense"
-        log.info("packing: rows of %d tokens, %s attention (block %d)", row_tokens, self.attention,
-                 self.attention_block)
+        log.info(
+            "packing: rows of %d tokens, %s attention (block %d)",
+            row_tokens,
+            self.attention,
+            self.attention_block,
+        )
         self.packing_stats = PackingStats()
+        # One cache per run: micro-batches reuse compiled (rows, pairs) shapes instead of recompiling.
+        nb = row_tokens // self.attention_block if self.attention == "blocked" else 0
+        self.shapes = ShapeCache(multiple_of=row_multiple, max_pairs_per_row=nb * (nb + 1) // 2)
         self.rl_cluster.actor_trainer.with_loss_fn(
             make_packed_grpo_loss_fn(attention=self.attention, block=self.attention_block), has_aux=True
         )
@@ -146,6 +161,7 @@ class PackedGRPOLearner(GRPOLearner):
             pad_id=self.rl_cluster.rollout.pad_id(),
             attention_block=self.attention_block if self.attention == "blocked" else None,
             row_multiple=self.row_multiple,
+            shapes=self.shapes,
         )
 
     def _process_accumulated_batches(
@@ -166,6 +182,7 @@ class PackedGRPOLearner(GRPOLearner):
                     "packing/row_utilization": (plan.utilization, np.mean),
                     "packing/padded_row_utilization": (plan.padded_utilization, np.mean),
                     "packing/rows": (plan.num_rows, np.mean),
+                    "packing/compiled_shapes": (len(self.shapes.shapes), np.max),
                 },
                 mode=mode,
             )

@@ -5,9 +5,12 @@ row's tail empty whenever the next sequence does not fit. Sorting the mini-batch
 first) and putting each sequence in the row whose free space fits it most tightly fills rows to ~97-99%
 on GRPO-shaped length distributions, at O(n log n) host cost per mini-batch.
 
-Why buckets: every distinct ``[rows, row_len]`` shape is a new XLA compilation. The number of rows is
-rounded up to a geometric bucket (a few mantissa bits, at most ``1/2**bits`` wasted) and to a multiple
-(the data-parallel width), so a run compiles a handful of shapes rather than one per step.
+Why buckets and a shape cache: every distinct ``[rows, row_len]`` shape (and block-pair count) is a new
+XLA compilation of the whole train step. The number of rows is rounded up to a geometric bucket (a few
+mantissa bits, at most ``1/2**bits`` wasted) and to a multiple (the data-parallel width). Buckets alone
+still give one shape per distinct need (a 25-step demo compiled 7 times in 12 steps), so a training run
+also keeps a ``ShapeCache``: a micro-batch reuses the smallest shape already compiled that holds it, and a
+new shape is made only when none does.
 
 Layout of a packed row: sequences placed back to back from column 0, each with its own segment id
 (1..k in placement order) and positions restarting at 0; the tail is padding with segment id 0,
@@ -19,7 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +46,68 @@ def bucket_rows(n: int, *, mantissa_bits: int = 2, multiple_of: int = 1) -> int:
         shift = n.bit_length() - 1 - mantissa_bits
         n = ((n + (1 << shift) - 1) >> shift) << shift
     return math.ceil(n / multiple_of) * multiple_of
+
+
+@dataclass
+class ShapeCache:
+    """The padded ``(rows, pairs)`` shapes a run has compiled, and the choice of one per micro-batch.
+
+    Why: a micro-batch's needs (rows used, block pairs of the block-sparse attention) change every step,
+    and each new shape recompiles the whole train step (10-50 s on CPU even for the tiny demo model).
+    Bucketing alone still gives one shape per distinct bucket (the demo compiled 7 times in 12 steps).
+
+    ``fit`` picks, in order:
+
+    1. the smallest known shape that holds the need, if it has at most ``max_waste`` times the rows the
+       need's own bucket would have: no compile (the jit cache keeps every compiled shape);
+    2. else, if the largest known rows are within ``max_waste`` of the need: a new shape covering all
+       known ones (the envelope: max of each dimension, the need bucketed, pairs scaled with rows so
+       more rows alone do not force another compile soon). Each grows the envelope by >= 1 bucket step,
+       so they are few (the bucket steps between the first need and the largest);
+    3. else (a much smaller need, e.g. short completions after long ones): a new smaller shape with a
+       power-of-two row count, so there is at most one per doubling below the envelope.
+
+    Every need is then held by a shape with at most ``max_waste`` x its bucketed rows, so repeating a
+    need never compiles again. In practice a run compiles 1-3 shapes; the price is computing padding
+    rows and pairs when a micro-batch is smaller than a compiled shape. ``max_rows`` caps the rows (a
+    plan never uses more rows than it has sequences); ``max_pairs_per_row`` caps pairs per row
+    (``nb * (nb + 1) / 2`` for ``nb`` attention blocks per row: full causal attention); 0 = no cap.
+    """
+
+    multiple_of: int = 1
+    max_pairs_per_row: int = 0
+    max_waste: float = 2.0
+    row_bits: int = 2
+    pair_bits: int = 3
+    shapes: list[tuple[int, int]] = field(default_factory=list)
+
+    def _round(self, n: int) -> int:
+        return math.ceil(max(n, 1) / self.multiple_of) * self.multiple_of
+
+    def fit(self, rows: int, pairs: int = 0, *, max_rows: int | None = None) -> tuple[int, int]:
+        """The ``(rows, pairs)`` shape to pad a micro-batch needing ``rows`` rows and ``pairs`` pairs to."""
+        cap = self._round(max(rows, max_rows)) if max_rows is not None else None
+        want = bucket_rows(rows, mantissa_bits=self.row_bits, multiple_of=self.multiple_of)
+        want = min(want, cap) if cap else want
+        fitting = [s for s in self.shapes if s[0] >= rows and s[1] >= pairs]
+        if fitting and min(fitting)[0] <= self.max_waste * want:
+            return min(fitting)  # 1. reuse
+        if not self.shapes:
+            base_rows, base_pairs, new_rows = 1, 0, want
+        else:
+            base_rows, base_pairs = max(r for r, _ in self.shapes), max(p for _, p in self.shapes)
+            if base_rows <= self.max_waste * want:  # 2. grow the envelope
+                new_rows = max(want, base_rows)
+            else:  # 3. a smaller shape, power-of-two rows
+                new_rows = self._round(1 << (max(rows, 1) - 1).bit_length())
+                new_rows = min(new_rows, cap) if cap else new_rows
+        new_pairs = max(pairs, math.ceil(base_pairs * new_rows / base_rows))
+        if new_pairs:
+            new_pairs = bucket_rows(new_pairs, mantissa_bits=self.pair_bits)
+            if self.max_pairs_per_row:
+                new_pairs = max(min(new_pairs, new_rows * self.max_pairs_per_row), pairs)
+        self.shapes.append((new_rows, new_pairs))
+        return new_rows, new_pairs
 
 
 @dataclass(frozen=True)
