@@ -22,8 +22,10 @@ venv:
 	hack/venv.sh
 
 # The main job: a tiny packed GRPO run on CPU from examples/tiny-cpu.yaml, metrics on localhost:9464.
+# DEMO_LINGER=60 keeps /metrics up that many seconds after the run, to look at the final values.
+DEMO_LINGER ?= 0
 demo: venv
-	JAX_PLATFORMS=cpu .venv/bin/rljob train -f examples/tiny-cpu.yaml
+	JAX_PLATFORMS=cpu RLJOB_METRICS_LINGER_SECONDS=$(DEMO_LINGER) .venv/bin/rljob train -f examples/tiny-cpu.yaml
 
 # Every test tier (builds and starts the simulated cluster as needed).
 test:

@@ -320,6 +320,8 @@ def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") ->
     )
     metrics.watch_compiles()
     _servers.append((MetricsServer(metrics, spec.metrics.port, addr=addr), metrics))
+    shown = "localhost" if addr in ("0.0.0.0", "") else addr
+    print(f"metrics: http://{shown}:{spec.metrics.port}/metrics (process {process_index})", flush=True)
     recorder.callbacks.append(metrics)
     linger = float(os.environ.get(LINGER_ENV, "0") or 0)
     if linger > 0:  # keep serving the final values for one more scrape before the process exits

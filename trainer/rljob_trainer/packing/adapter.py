@@ -72,14 +72,16 @@ def packed_logits(
 ) -> jax.Array:
     """Float32 logits ``[R, L, V]`` of packed rows; every token sees only its own sequence's past."""
     if attention == "splash":
-        logits, _ = model(tokens, positions=positions, cache=None, attention_mask=None,
-                          segment_ids=segment_ids)
+        logits, _ = model(
+            tokens, positions=positions, cache=None, attention_mask=None, segment_ids=segment_ids
+        )
     elif attention == "dense":
         kwargs: dict[str, Any] = {}
         if "segment_ids" in inspect.signature(model.__call__).parameters:
             kwargs["segment_ids"] = segment_ids
-        logits, _ = model(tokens, positions=positions, cache=None,
-                          attention_mask=segment_causal_mask(segment_ids), **kwargs)
+        logits, _ = model(
+            tokens, positions=positions, cache=None, attention_mask=segment_causal_mask(segment_ids), **kwargs
+        )
     elif attention == "blocked":
         if pairs is None:
             raise ValueError("blocked attention needs block pairs (PackedTrainExample built with it)")

@@ -36,8 +36,9 @@ def packed_per_token_logps(
     Column ``t`` of a row predicts token ``t + 1``; a completion token is never the first of its segment
     (prompts have >= 1 token), so its predicting column is always inside its own sequence.
     """
-    logits = packed_logits(model, ex.tokens, ex.positions, ex.segment_ids, ex.pairs,
-                           attention=attention, block=block)[:, :-1]
+    logits = packed_logits(
+        model, ex.tokens, ex.positions, ex.segment_ids, ex.pairs, attention=attention, block=block
+    )[:, :-1]
     if temperature != 0.0 and temperature != 1.0:
         logits = logits / temperature
     logp_all = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
@@ -126,10 +127,14 @@ def grpo_loss_from_logps(
         aux["sampler_is/weight_min"] = jnp.float32(1.0)
     if ex.ref_per_token_logps is not None:
         kl = common.compute_kl_divergence(
-            per_token_logps, ex.ref_per_token_logps, algo_config.kl_loss_mode,
+            per_token_logps,
+            ex.ref_per_token_logps,
+            algo_config.kl_loss_mode,
             clamp_value=getattr(algo_config, "kl_clamp_value", None),
         )
-        aux["kl"] = ((kl * completion_mask).sum() / jnp.clip(completion_mask.sum(), min=1)).astype(jnp.float32)
+        aux["kl"] = ((kl * completion_mask).sum() / jnp.clip(completion_mask.sum(), min=1)).astype(
+            jnp.float32
+        )
         kl_loss = common.aggregate_loss(kl, completion_mask, mode)
         aux["kl_loss"] = kl_loss
         if beta is not None and beta != 0.0:
@@ -149,7 +154,9 @@ def make_packed_grpo_loss_fn(
 
     def loss_fn(model: Any, train_example: PackedTrainExample, algo_config: Any) -> Any:
         if algo_config.policy_loss_fn != "grpo":
-            raise ValueError(f"packed loss implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}")
+            raise ValueError(
+                f"packed loss implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}"
+            )
         logps, entropy = packed_per_token_logps(
             model, train_example, temperature=algo_config.temperature, attention=attention, block=block
         )

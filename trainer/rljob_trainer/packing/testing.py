@@ -20,15 +20,27 @@ VOCAB = 256
 PAD_ID = 0
 EOS_ID = 1
 
-_COMMON = {"num_layers": 2, "embed_dim": 64, "hidden_dim": 128, "num_heads": 4, "head_dim": 16,
-           "num_kv_heads": 2}
+_COMMON = {
+    "num_layers": 2,
+    "embed_dim": 64,
+    "hidden_dim": 128,
+    "num_heads": 4,
+    "head_dim": 16,
+    "num_kv_heads": 2,
+}
 _CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "qwen3": ("Qwen3", {**_COMMON, "vocab_size": VOCAB, "rope_theta": 10_000, "norm_eps": 1e-6,
-                        "use_tied_embedding": True}),
-    "qwen2": ("Qwen2", {**_COMMON, "vocab_size": VOCAB, "rope_theta": 10_000, "norm_eps": 1e-6,
-                        "use_tied_embedding": True}),
-    "llama3": ("Llama3", {**_COMMON, "vocab_size": VOCAB, "rope_theta": 10_000, "norm_eps": 1e-6,
-                          "weight_tying": True}),
+    "qwen3": (
+        "Qwen3",
+        {**_COMMON, "vocab_size": VOCAB, "rope_theta": 10_000, "norm_eps": 1e-6, "use_tied_embedding": True},
+    ),
+    "qwen2": (
+        "Qwen2",
+        {**_COMMON, "vocab_size": VOCAB, "rope_theta": 10_000, "norm_eps": 1e-6, "use_tied_embedding": True},
+    ),
+    "llama3": (
+        "Llama3",
+        {**_COMMON, "vocab_size": VOCAB, "rope_theta": 10_000, "norm_eps": 1e-6, "weight_tying": True},
+    ),
     # A short sliding window so local layers' banding is exercised on test-sized rows.
     "gemma3": ("Gemma3", {**_COMMON, "num_embed": VOCAB, "sliding_window_size": 8}),
 }
@@ -183,8 +195,9 @@ def tiny_cluster(
         training_config=training,
         rollout_config=rollout,
     )
-    return rl_cluster_lib.RLCluster(actor=actor, reference=reference, tokenizer=TinyTokenizer(),
-                                    cluster_config=config)
+    return rl_cluster_lib.RLCluster(
+        actor=actor, reference=reference, tokenizer=TinyTokenizer(), cluster_config=config
+    )
 
 
 def length_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
