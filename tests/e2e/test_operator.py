@@ -8,12 +8,7 @@ are left alone. Its log is written next to the cluster's logs and printed when a
 from __future__ import annotations
 
 import copy
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +18,7 @@ import yaml
 
 from rljob.api.rules import MAX_NAME_LENGTH
 from tests.e2e.kube import KubectlError, condition, get, kubectl, kubectl_json, list_items, wait_for
+from tests.e2e.operator_proc import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -32,71 +28,12 @@ POOL = "cloud.google.com/gke-nodepool"
 NAMESPACES = "test-operator-*"  # the `namespace` fixture names namespaces after the test
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class OperatorProcess:
-    """``python -m rljob_operator`` against the cluster; ``restart()`` simulates an operator restart."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log: Path | None = None
-        self.metrics_port = _free_port()
-        self.liveness_port = _free_port()
-
-    def start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.log = self.log_dir / f"operator-{int(time.time() * 1000)}.log"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "operator")]))
-        args = [
-            sys.executable, "-m", "rljob_operator", "--namespace", NAMESPACES, "--standalone", "--verbose",
-            "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
-            "--metrics-port", str(self.metrics_port), "--metrics-addr", "127.0.0.1",
-        ]  # fmt: skip
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
-        wait_for(self._alive, timeout=60, message="operator liveness endpoint")
-
-    def _alive(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.tail()}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
-            return r.status == 200
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def tail(self, lines: int = 80) -> str:
-        if not self.log or not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
 @pytest.fixture(scope="module")
 def operator(cluster: Any) -> Iterator[OperatorProcess]:
     """The RLJob CRD installed and the operator running."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     kubectl("wait", "--for=condition=Established", "crd/rljobs.rljob.dev", "--timeout=60s")
-    op = OperatorProcess(cluster.logs)
+    op = OperatorProcess(cluster.logs, [NAMESPACES], identity="e2e")
     op.start()
     try:
         yield op
