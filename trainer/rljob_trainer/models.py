@@ -42,6 +42,15 @@ _TINY_COMMON = {
     "num_kv_heads": 2,
 }
 
+# Qwen2 and Qwen3 configs take the same keyword arguments for the tiny model.
+_TINY_QWEN = {
+    **_TINY_COMMON,
+    "vocab_size": task.VOCAB_SIZE,
+    "rope_theta": 10_000,
+    "norm_eps": 1e-6,
+    "use_tied_embedding": True,
+}
+
 FAMILIES: dict[str, Family] = {
     "qwen3": Family(
         module="tunix.models.qwen3.model",
@@ -56,26 +65,14 @@ FAMILIES: dict[str, Family] = {
             "30b-a3b": "qwen3_30b_a3b",
             "32b": "qwen3_32b",
         },
-        tiny={
-            **_TINY_COMMON,
-            "vocab_size": task.VOCAB_SIZE,
-            "rope_theta": 10_000,
-            "norm_eps": 1e-6,
-            "use_tied_embedding": True,
-        },
+        tiny=_TINY_QWEN,
     ),
     "qwen2": Family(
         module="tunix.models.qwen2.model",
         model_class="Qwen2",
         params_module="tunix.models.qwen2.params",
         sizes={"0.5b": "qwen2p5_0p5b", "1.5b": "qwen2p5_1p5b", "3b": "qwen2p5_3b", "7b": "qwen2p5_7b"},
-        tiny={
-            **_TINY_COMMON,
-            "vocab_size": task.VOCAB_SIZE,
-            "rope_theta": 10_000,
-            "norm_eps": 1e-6,
-            "use_tied_embedding": True,
-        },
+        tiny=_TINY_QWEN,
     ),
     "llama3": Family(
         module="tunix.models.llama3.model",
