@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rljob.api import tpu
-from rljob.api.spec import RESERVED_TPU_PORTS
+from rljob.api.tpu import RESERVED_TPU_PORTS
 
 MAX_NAME_LENGTH = 40
 """Longest RLJob name. The JobSet (same name) gives pods ``<name>-slice-<job>-<pod>-<5 random>``; with

@@ -8,10 +8,12 @@ docstrings become the CRD's descriptions, so ``kubectl explain rljob.spec.packin
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rljob.api.base import Model, PathStr
+from rljob.api.rules import violations
 from rljob.api.tpu import ACCELERATORS
 
 GROUP = "rljob.dev"
@@ -25,46 +27,6 @@ SHORT_NAMES = ("rlj",)
 Accelerator = Literal[ACCELERATORS]  # type: ignore[valid-type]
 Phase = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 TERMINAL_PHASES: tuple[str, ...] = ("Succeeded", "Failed")
-RESERVED_TPU_PORTS: tuple[int, ...] = (8080, 8431, 8471, 8476)
-
-ShortStr = Annotated[str, Field(min_length=1, max_length=253)]
-PathStr = Annotated[str, Field(min_length=1, max_length=1024)]
-
-
-class Model(BaseModel):
-    """Base: unknown fields rejected, docstrings as descriptions.
-
-    Attribute names are the Kubernetes wire names (camelCase) on purpose: the Python rules, the CEL rules
-    and the error paths users see all spell a field the same way.
-    """
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True)
-    # strict: JSON types as the apiserver checks them ("2" is not an integer, 1 is not a boolean).
-
-    @model_validator(mode="before")
-    @classmethod
-    def _json_like_kubernetes(cls, data: Any) -> Any:
-        """Read JSON values as the apiserver does: null means absent (then the default applies), and an
-        integral number like 2.0 is an integer."""
-        if not isinstance(data, dict):
-            return data
-        return {
-            key: int(value) if isinstance(value, float) and value.is_integer() else value
-            for key, value in data.items()
-            if value is not None
-        }
-        refused = []
-        for key, value in list(data.items()):
-            field = cls.model_fields.get(key)
-            if value is not None or field is None:
-                continue
-            if field.default is not None or field.default_factory is not None:
-                data = {k: v for k, v in data.items() if k != key}
-            elif not field.is_required():
-                refused.append(key)
-        if refused:
-            raise ValueError(f"{', '.join(refused)}: must not be null (leave the field out to unset it)")
-        return data
 
 
 class ModelSpec(Model):
@@ -255,8 +217,6 @@ class RLJob(Model):
     @model_validator(mode="after")
     def _cross_field_rules(self) -> RLJob:
         """Run every cross-field rule (the same ones the CRD carries as CEL) and report all failures."""
-        from rljob.api.rules import violations
-
         failures = violations(self)
         if failures:
             raise ValueError("\n".join(failures))

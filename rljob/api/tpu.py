@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+RESERVED_TPU_PORTS: tuple[int, ...] = (8080, 8431, 8471, 8476)
+"""Ports the TPU runtime uses on the host network: trainer ports must keep off them."""
+
 
 @dataclass(frozen=True)
 class Generation:

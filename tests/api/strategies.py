@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from rljob.api import tpu
-from rljob.api.spec import RESERVED_TPU_PORTS
+from rljob.api.tpu import RESERVED_TPU_PORTS
 
 _topologies = sorted({t for g in tpu.GENERATIONS for t in g.topologies} | {"3x3", "2x2x3", "1x1x1"})
 
