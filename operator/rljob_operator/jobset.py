@@ -1,7 +1,7 @@
 """The JobSet: one replicated Job ``slice`` with one child Job per TPU slice.
 
 JobSet-level rules (``shared/reference/gke-tpu-jobset.md``): exclusive placement maps each slice's Job to
-its own node pool; DNS hostnames with not-ready addresses published, so JAX's coordinator resolves before
+its own node pool (multi-host slices and multislice only); DNS hostnames with not-ready addresses published, so JAX's coordinator resolves before
 every host is ready; success when every slice succeeds; the finished JobSet is deleted after the TTL (the
 RLJob keeps the outcome in its status); the Kueue queue label goes on the JobSet.
 """
@@ -28,6 +28,14 @@ def created_suspended(job: RLJob) -> bool:
     return job.spec.suspend or job.spec.queueName is not None
 
 
+def exclusive_placement(shape: SliceShape) -> bool:
+    """One slice per node pool, where that matters: a multi-host slice must not share its pool's hosts
+    with another job's pods, and several slices must land on different pools. A single-host slice takes
+    one whole node through its ``google.com/tpu`` request already; exclusivity would let a single-host
+    pool run only one RLJob at a time."""
+    return shape.hosts > 1 or shape.slices > 1
+
+
 def slice_job_template(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
     """The child Job of one slice: an Indexed Job of ``hosts`` pods that fails on the first pod failure."""
     return {
@@ -52,7 +60,8 @@ def jobset(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, A
     if job.metadata.namespace:
         metadata["namespace"] = job.metadata.namespace
     metadata["labels"] = labels
-    metadata["annotations"] = {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL}
+    if exclusive_placement(shape):
+        metadata["annotations"] = {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL}
     spec: dict[str, Any] = {
         "suspend": created_suspended(job),
         "ttlSecondsAfterFinished": job.spec.ttlSecondsAfterFinished,

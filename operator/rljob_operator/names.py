@@ -21,7 +21,10 @@ CONFIG_KEY = "rljob.yaml"
 CONFIG_DIR = "/etc/rljob"
 CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
 CONFIG_VOLUME = "rljob-config"
-TRAINER_COMMAND: tuple[str, ...] = ("python", "-m", "rljob_trainer", "--config", CONFIG_PATH)
+TRAINER_ARGS: tuple[str, ...] = ("--config", CONFIG_PATH)
+"""The container's ``args``, not its ``command``: the trainer image's ENTRYPOINT is ``tini -- python -m
+rljob_trainer`` (Dockerfile), and tini as PID 1 forwards SIGTERM; a ``command`` would replace it and make
+Python PID 1, which the kernel shields from SIGTERM until a handler is installed."""
 METRICS_PORT_NAME = "metrics"
 
 EXIT_BAD_CONFIG = 2

@@ -34,13 +34,12 @@ def pod_labels(job: RLJob) -> dict[str, str]:
 
 
 def trainer_container(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
-    """The single trainer container. The trainer runs as the container's PID 1 and installs its own SIGTERM
-    handler (finish the step, checkpoint, exit 143), so the explicit command loses nothing."""
+    """The single trainer container: the image's entrypoint (tini, then the trainer) with our ``args``."""
     chips = str(shape.chips_per_host)
     container: dict[str, Any] = {
         "name": names.CONTAINER,
         "image": job.spec.image,
-        "command": list(names.TRAINER_COMMAND),
+        "args": list(names.TRAINER_ARGS),
         "env": trainer_env(job, shape),
         "ports": [
             {"name": names.METRICS_PORT_NAME, "containerPort": job.spec.metrics.port, "protocol": "TCP"}

@@ -6,6 +6,7 @@ tested with a fake ``Kube``) without kopf's machinery.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -20,7 +21,14 @@ from rljob_operator import names
 from rljob_operator.kube import Kube, controller_uid
 from rljob_operator.render import RenderOptions, render_objects
 from rljob_operator.slices import slice_shape
-from rljob_operator.status import Event, compute_status, invalid_spec_status, is_terminal
+from rljob_operator.status import (
+    REJECTED_CODES,
+    Event,
+    compute_status,
+    create_failed_status,
+    invalid_spec_status,
+    is_terminal,
+)
 
 Post = Callable[[Mapping[str, Any], Event], None]
 STATUS_WRITE_ATTEMPTS = 5
@@ -89,6 +97,8 @@ def ensure_children(
     """On create/resume: create the ConfigMap and JobSet once, or re-read them; never after a terminal state.
 
     Returns what it did: ``terminal`` (nothing), ``invalid`` (status Failed/InvalidSpec, nothing created),
+    ``rejected`` (the apiserver refused a child as invalid: status Failed/CreateRejected; other create
+    failures set ``Created`` False with the reason and are retried),
     ``resynced`` (created earlier; status refreshed), ``created`` or ``existed`` (an earlier attempt had
     created both).
     """
@@ -115,7 +125,10 @@ def ensure_children(
     kopf.adopt([config_map, jobset], owner=raw)
     created = []
     for obj in (config_map, jobset):  # the ConfigMap first: the pods mount it
-        child, fresh = kube.create_owned(obj, uid)
+        try:
+            child, fresh = kube.create_owned(obj, uid)
+        except ApiException as exc:
+            return _create_failed(kube, raw, obj["kind"], exc, post)
         if fresh:
             created.append(f"{obj['kind']} {obj['metadata']['name']}")
     jobset = child
@@ -132,6 +145,31 @@ def ensure_children(
         )
     sync_status(kube, ns, name, jobset, post=post, owner_uid=uid, current=raw)
     return "created" if created else "existed"
+
+
+def _api_message(exc: ApiException) -> str:
+    """The apiserver's own message (a Status object's ``message``), else the HTTP reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def _create_failed(kube: Kube, raw: dict[str, Any], kind: str, exc: ApiException, post: Post) -> str:
+    """Record a failed create in the RLJob's status (not only as an Event); ``rejected`` is final, any
+    other failure is raised again for kopf to retry."""
+    meta = raw["metadata"]
+    code = int(exc.status or 0)
+    update = create_failed_status(
+        raw.get("status") or {}, kind, code, _api_message(exc), now=now(), generation=meta.get("generation")
+    )
+    if update.changed:
+        kube.patch_rljob_status(meta["namespace"], meta["name"], update.status, meta["resourceVersion"])
+        for event in update.events:
+            post(raw, event)
+    if code in REJECTED_CODES:
+        return "rejected"
+    raise kopf.TemporaryError(f"creating the {kind} failed ({code}): {_api_message(exc)}", delay=30)
 
 
 def toggle_suspend(kube: Kube, body: Mapping[str, Any], suspend: bool) -> None:

@@ -32,6 +32,11 @@ CREATED, RUNNING, SUSPENDED, RESTARTING, SUCCEEDED, FAILED = (
 )
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_JOBSET_DELETED = "JobSetDeleted"
+REASON_CREATE_FAILED = "CreateFailed"
+"""Creating a child failed in a way a retry may fix (RBAC, a missing CRD, the apiserver): Pending."""
+REASON_CREATE_REJECTED = "CreateRejected"
+"""The apiserver refused a child as invalid (400/422): the same object would be refused again, Failed."""
+REJECTED_CODES = (400, 422)
 
 
 @dataclass(frozen=True)
@@ -237,3 +242,30 @@ def invalid_spec_status(
         generation=generation,
     )
     return StatusUpdate(status=new, events=[Event("Warning", REASON_INVALID_SPEC, message)], changed=True)
+
+
+def create_failed_status(
+    old: dict[str, Any], kind: str, code: int, message: str, *, now: datetime, generation: int | None
+) -> StatusUpdate:
+    """A child (ConfigMap or JobSet) could not be created: ``Created`` False with the apiserver's answer,
+    phase Failed when it was refused as invalid (400/422: retrying sends the same object), else Pending
+    (the create handler retries)."""
+    if is_terminal(old):
+        return StatusUpdate(status=old)
+    rejected = code in REJECTED_CODES
+    reason = REASON_CREATE_REJECTED if rejected else REASON_CREATE_FAILED
+    text = f"creating the {kind} failed ({code}): {message}"
+    kw = {"now": now, "generation": generation}
+    new = dict(old)
+    new.update(phase="Failed" if rejected else "Pending", restarts=int(old.get("restarts", 0)))
+    if generation is not None:
+        new["observedGeneration"] = generation
+    conds = set_condition(list(old.get("conditions") or []), CREATED, False, reason, text, **kw)
+    if rejected:
+        conds = set_condition(conds, FAILED, True, reason, text, **kw)
+        new["completionTime"] = timestamp(now)
+    new["conditions"] = conds
+    changed = new != old
+    return StatusUpdate(
+        status=new, events=[Event("Warning", reason, text)] if changed else [], changed=changed
+    )

@@ -116,7 +116,7 @@ class MetricsSpec(Model):
     """Prometheus metrics served by every trainer host."""
 
     port: Annotated[int, Field(ge=1024, le=65535)] = 9464
-    """Port of the /metrics endpoint on each host (host network: keep off 8080, 8431, 8471, 8476)."""
+    """Port of the /metrics endpoint on each host (host network: keep off 8080, 8431, 8471, 8476, 8482)."""
     stepTimeBaselineSeconds: Annotated[float, Field(gt=0, le=86400)] | None = None
     """Expected seconds per global step; the step-time regression alert compares against it."""
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-RESERVED_TPU_PORTS: tuple[int, ...] = (8080, 8431, 8471, 8476)
-"""Ports the TPU runtime uses on the host network: trainer ports must keep off them."""
+RESERVED_TPU_PORTS: tuple[int, ...] = (8080, 8431, 8471, 8476, 8482)
+"""Ports the TPU runtime uses on the host network: trainer ports must keep off them (8482: JAX's
+coordinator on GKE TPU, ``jax/_src/clusters/cloud_tpu_cluster.py``)."""
 
 
 @dataclass(frozen=True)

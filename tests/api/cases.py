@@ -137,6 +137,7 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("metrics port ok", manifest({"metrics": {"port": 9464}}), None),
     ("metrics port 8431", manifest({"metrics": {"port": 8431}}), "spec.metrics.port"),
     ("metrics port 8476", manifest({"metrics": {"port": 8476}}), "spec.metrics.port"),
+    ("metrics port 8482", manifest({"metrics": {"port": 8482}}), "spec.metrics.port"),
     ("metrics port 8080", manifest({"metrics": {"port": 8080}}), "spec.metrics.port"),
     ("metrics port privileged", manifest({"metrics": {"port": 80}}), "spec.metrics.port"),
     ("negative learning rate", manifest({"grpo": {"learningRate": -1e-3}}), "spec.grpo.learningRate"),

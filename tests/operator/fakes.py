@@ -16,6 +16,8 @@ class FakeKube:
         self.calls: list[tuple[str, ...]] = []
         self._rv = 0
         self.conflicts_to_inject = 0
+        self.create_errors: dict[str, ApiException] = {}
+        """kind -> the error the next create of that kind raises (e.g. a webhook's 422), then cleared."""
 
     def _next_rv(self) -> str:
         self._rv += 1
@@ -30,6 +32,8 @@ class FakeKube:
     def create_owned(self, obj: dict[str, Any], owner_uid: str) -> tuple[dict[str, Any], bool]:
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         self.calls.append(("create", *key))
+        if obj["kind"] in self.create_errors:
+            raise self.create_errors.pop(obj["kind"])
         if key in self.objects:
             existing = self.objects[key]
             assert controller_uid(existing) == owner_uid

@@ -3,6 +3,7 @@ suspend toggles only the JobSet's suspend, JobSet events drive the status, inval
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -177,3 +178,44 @@ def test_unowned_jobset_is_ignored(kube, events):
         kube, "ADDED", {"metadata": {"name": "y", "namespace": "default"}}, post=_post(events)
     )
     assert events == []
+
+
+def _api_error(status: int, message: str) -> Any:
+    from kubernetes.client.exceptions import ApiException
+
+    exc = ApiException(status=status, reason="Error")
+    exc.body = json.dumps({"kind": "Status", "message": message})
+    return exc
+
+
+def test_jobset_refused_as_invalid_fails_the_rljob_with_the_reason(kube, events):
+    kube.create_errors["JobSet"] = _api_error(422, 'admission webhook "vjobset" denied the request')
+    body = _create(kube, events, make_rljob("x").manifest())
+    assert body["outcome"] == "rejected"
+    st = kube.rljob_status()
+    assert st["phase"] == "Failed"
+    created = next(c for c in st["conditions"] if c["type"] == "Created")
+    assert (created["status"], created["reason"]) == ("False", "CreateRejected")
+    assert (
+        created["message"]
+        == 'creating the JobSet failed (422): admission webhook "vjobset" denied the request'
+    )
+    assert [e.reason for e in events] == ["CreateRejected"]
+    assert reconcile.ensure_children(kube, kube.get_rljob("default", "x"), post=_post(events)) == "terminal"
+
+
+def test_retryable_create_failure_is_pending_with_the_reason_then_recovers(kube, events):
+    import kopf
+
+    kube.create_errors["JobSet"] = _api_error(403, "jobsets.jobset.x-k8s.io is forbidden")
+    body = kube.add_rljob(make_rljob("x").manifest())
+    with pytest.raises(kopf.TemporaryError, match="403"):
+        reconcile.ensure_children(kube, body, post=_post(events))
+    st = kube.rljob_status()
+    created = next(c for c in st["conditions"] if c["type"] == "Created")
+    assert st["phase"] == "Pending" and (created["status"], created["reason"]) == ("False", "CreateFailed")
+    assert "forbidden" in created["message"]
+    # kopf retries; the apiserver lets it through now
+    assert reconcile.ensure_children(kube, kube.get_rljob("default", "x"), post=_post(events)) == "created"
+    created = next(c for c in kube.rljob_status()["conditions"] if c["type"] == "Created")
+    assert created["status"] == "True"

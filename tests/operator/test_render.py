@@ -84,6 +84,30 @@ def test_multislice_one_job_per_slice_on_its_own_pool():
     assert js["metadata"]["annotations"] == {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL}
 
 
+@pytest.mark.parametrize(
+    ("acc", "topo", "slices", "exclusive"),
+    [
+        ("tpu-v6e-slice", "4x4", 1, True),  # 4 hosts: the slice owns its pool
+        ("tpu-v6e-slice", "4x4", 2, True),
+        ("tpu-v5-lite-podslice", "2x2", 1, False),  # one host: a single-host pool serves several RLJobs
+        ("tpu-v6e-slice", "1x1", 1, False),
+        ("tpu-v5p-slice", "2x2x1", 1, False),
+    ],
+)
+def test_exclusive_placement_only_for_multi_host_or_multislice(acc, topo, slices, exclusive):
+    js = _jobset(make_rljob().tpu(acc, topo).slices(slices))
+    assert (names.EXCLUSIVE_TOPOLOGY in (js["metadata"].get("annotations") or {})) is exclusive
+
+
+def test_trainer_keeps_the_image_entrypoint():
+    """``args`` only: the image's ENTRYPOINT (tini, then the trainer) stays, so SIGTERM reaches Python."""
+    c = _pod(_jobset(make_rljob()))["spec"]["containers"][0]
+    assert "command" not in c and c["args"] == ["--config", "/etc/rljob/rljob.yaml"]
+    dockerfile = (Path(__file__).parents[2] / "Dockerfile").read_text()
+    trainer_stage = dockerfile.split("AS trainer\n", 1)[1].split("\nFROM ", 1)[0]
+    assert 'ENTRYPOINT ["tini", "--", "python", "-m", "rljob_trainer"]' in trainer_stage
+
+
 def test_failure_policy():
     js = _jobset(make_rljob().max_restarts(7))
     fp = js["spec"]["failurePolicy"]
@@ -110,7 +134,6 @@ def test_pod_template_basics():
     assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert spec["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists"}]
     assert spec["priorityClassName"] == "p"
-    assert c["command"] == ["python", "-m", "rljob_trainer", "--config", "/etc/rljob/rljob.yaml"]
     assert c["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
     env = {e["name"]: e for e in c["env"]}
     assert env["RLJOB_METRICS_PORT"]["value"] == "9100"

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from rljob_trainer import sigterm
 from rljob_trainer.progress import StepRecorder, StepReport
 
 log = logging.getLogger(__name__)
@@ -291,7 +292,7 @@ class Checkpointer:
         if threading.current_thread() is not threading.main_thread():  # only the main thread may (tests)
             log.warning("not in the main thread: no SIGTERM handler installed")
             return
-        signal.signal(signal.SIGTERM, handler)
+        sigterm.while_training(lambda: handler(signal.SIGTERM, None))  # until now SIGTERM exited at once
 
     def close(self) -> None:
         if self._manager is None:

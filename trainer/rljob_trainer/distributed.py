@@ -11,6 +11,10 @@ computation, so ``main.train`` calls it first):
   them. The operator deliberately sets no ``JAX_COORDINATOR_ADDRESS`` (see rljob_operator/env.py).
 * otherwise a single process: nothing to initialize.
 
+The operator also tells every pod how many processes to expect (``RLJOB_NUM_SLICES`` x
+``RLJOB_HOSTS_PER_SLICE``); a different JAX process count (e.g. GKE's injection missing, so each host
+would train alone and all would write the same checkpoints) is a config error: exit 2, not a retry.
+
 After it, every process serves its own metrics (label ``process``), all processes take part in
 checkpoint saves, and process 0 alone writes checkpoint metadata and logs.
 """
@@ -20,10 +24,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from rljob.api import RLJobError
+from rljob_trainer import sigterm
+
 ENV_COORDINATOR = "RLJOB_COORDINATOR"
 ENV_NUM_PROCESSES = "RLJOB_NUM_PROCESSES"
 ENV_PROCESS_ID = "RLJOB_PROCESS_ID"
 TPU_ENV = "TPU_WORKER_HOSTNAMES"
+ENV_NUM_SLICES = "RLJOB_NUM_SLICES"
+ENV_HOSTS_PER_SLICE = "RLJOB_HOSTS_PER_SLICE"
 
 
 @dataclass(frozen=True)
@@ -58,16 +67,41 @@ def explicit_args(environ: dict[str, str] | None = None) -> dict[str, object]:
     return {"coordinator_address": env[ENV_COORDINATOR], "num_processes": count, "process_id": index}
 
 
+def process_count_errors(count: int, environ: dict[str, str] | None = None) -> list[str]:
+    """Why ``count`` JAX processes are wrong for this pod's RLJob (empty: right, or nothing to compare)."""
+    env = os.environ if environ is None else environ
+    if not (env.get(ENV_NUM_SLICES) and env.get(ENV_HOSTS_PER_SLICE)):
+        return []  # not started by the operator (rljob train, tests): nothing to compare with
+    slices, hosts = int(env[ENV_NUM_SLICES]), int(env[ENV_HOSTS_PER_SLICE])
+    if count == slices * hosts:
+        return []
+    return [
+        f"spec.tpu: JAX sees {count} process(es) but the slice shape needs {slices} slice(s) x {hosts} "
+        f"host(s) = {slices * hosts}; the TPU environment (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID, "
+        "MEGASCALE_* from GKE's TPU webhook and JobSet) does not match the RLJob's spec.tpu"
+    ]
+
+
 def initialize() -> Processes:
-    """Join the other processes (if any); safe to call twice."""
+    """Join the other processes (if any); safe to call twice.
+
+    Raises ``RLJobError`` (a config error, exit 2) when the process count does not match the RLJob.
+    """
     import jax
 
     how = mode()
     if how != "single" and not jax.distributed.is_initialized():
-        if how == "explicit":
-            jax.distributed.initialize(**explicit_args())  # type: ignore[arg-type]
-        else:
-            jax.distributed.initialize()
+        try:
+            kwargs = explicit_args() if how == "explicit" else {}
+        except ValueError as exc:
+            raise RLJobError([str(exc)], "the distributed start") from None
+        print(f"distributed start ({how}): waiting for the other processes", flush=True)
+        # may wait minutes for the other hosts: keep SIGTERM working meanwhile (rljob_trainer.sigterm)
+        sigterm.run_interruptible(lambda: jax.distributed.initialize(**kwargs))  # type: ignore[arg-type]
+        sigterm.install()  # XLA's preemption notifier replaced our handler
+    errors = process_count_errors(jax.process_count())
+    if errors:
+        raise RLJobError(errors, "the distributed start")
     return Processes(index=jax.process_index(), count=jax.process_count(), mode=how)
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
-from rljob_trainer import models, rollout
+from rljob_trainer import models, rollout, sigterm
 from rljob_trainer.progress import ConsoleProgress, StepCallback, StepRecorder, summary
 from rljob_trainer.task import EmitTask
 
@@ -142,6 +142,7 @@ def _configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sigterm.install()  # before anything that can block: a SIGTERM while starting exits at once (143)
     args = parse_args(argv)
     try:
         job = load_rljob(args.config)

@@ -1,0 +1,75 @@
+"""SIGTERM from the trainer's first line: exit at once while starting, stop after the step while training.
+
+Why this exists: GKE sends SIGTERM on preemption, maintenance and pod deletion, then SIGKILL after the
+grace period. Before training starts there is nothing to save, so the trainer must leave at once instead
+of waiting out the grace period; once training runs, ``checkpoint.Checkpointer`` takes over and the
+trainer finishes the step, saves it and exits 143.
+
+Two traps make "install a handler" not enough:
+
+* Python runs signal handlers only between bytecodes of the main thread. ``jax.distributed.initialize()``
+  blocks inside C++ (waiting for the coordinator, up to its 5-minute timeout), so a handler would not run
+  until it returns. ``run_interruptible`` runs such a call in a helper thread while the main thread waits
+  in short, interruptible joins.
+* ``jax.distributed.initialize()`` installs XLA's own SIGTERM notifier (its preemption service), which
+  replaces the process's handler and only logs the signal. ``install()`` is called again right after it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TypeVar
+
+EXIT_SIGTERM = 143
+"""128 + SIGTERM: what a process killed by SIGTERM reports; retryable for the JobSet."""
+
+T = TypeVar("T")
+_on_sigterm: Callable[[], None] | None = None
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    if _on_sigterm is not None:
+        _on_sigterm()
+        return
+    print(f"SIGTERM before training started: nothing to save, exiting {EXIT_SIGTERM}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_SIGTERM)  # no interpreter shutdown: a helper thread may be blocked in C++ (see above)
+
+
+def install() -> None:
+    """(Re)install the handler; a no-op outside the main thread (only it may set handlers: tests)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _handle)
+
+
+def while_training(callback: Callable[[], None] | None) -> None:
+    """From now on SIGTERM calls ``callback`` (it sets a flag) instead of exiting; None restores the exit."""
+    global _on_sigterm
+    _on_sigterm = callback
+    install()
+
+
+def run_interruptible(fn: Callable[[], T], poll_seconds: float = 0.2) -> T:
+    """``fn()`` in a daemon thread, the main thread staying responsive to SIGTERM; re-raises its error."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # handed to the caller below, whatever it is
+            error.append(exc)
+
+    thread = threading.Thread(target=target, name="rljob-blocking-start", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(poll_seconds)
+    if error:
+        raise error[0]
+    return result[0]
