@@ -10,20 +10,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from rljob.api import RLJobError, load_rljobs
+from rljob.api import load_manifests
 
 
 def _validate(args: argparse.Namespace) -> int:
     status = 0
-    for path in args.filename:
-        try:
-            jobs = load_rljobs(path)
-        except (RLJobError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+    for found in load_manifests(args.filename):
+        if found.error is not None:
+            print(f"error: {found.error}", file=sys.stderr)
             status = 1
-            continue
-        for job in jobs:
-            print(f"{path}: RLJob {job.metadata.name} is valid")
+        elif found.job is not None:
+            print(f"{found.where}: RLJob {found.job.metadata.name} is valid")
     return status
 
 
@@ -48,12 +45,13 @@ def _crd(args: argparse.Namespace) -> int:
 def _render(args: argparse.Namespace) -> int:
     from rljob_operator.render import dump_yaml, render_objects
 
-    try:
-        jobs = load_rljobs(args.filename)
-    except (RLJobError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    found = load_manifests(args.filename)
+    errors = [f.error for f in found if f.error is not None]
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if errors:
         return 1
-    objects = [obj for job in jobs for obj in render_objects(job)]
+    objects = [obj for f in found if f.job is not None for obj in render_objects(f.job)]
     sys.stdout.write(dump_yaml(objects))
     return 0
 
@@ -70,12 +68,18 @@ def _operator(args: argparse.Namespace) -> int:
     return operator_main(args.passthrough)
 
 
+_FILENAME_HELP = (
+    "RLJob manifest: a file, a folder (its .yaml/.yml/.json files) or - for stdin; multi-document files "
+    "and kind: List are read as kubectl does (repeatable)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rljob", description="RL post-training (packed GRPO) on GKE TPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="check RLJob manifests; exit 1 listing every error")
-    p.add_argument("-f", "--filename", action="append", required=True, help="RLJob YAML (repeatable)")
+    p.add_argument("-f", "--filename", action="append", required=True, help=_FILENAME_HELP)
     p.set_defaults(func=_validate)
 
     p = sub.add_parser("crd", help="print the CRD generated from the model, or write it to folders")
@@ -86,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_crd)
 
     p = sub.add_parser("render", help="print the ConfigMap and JobSet the operator would create (dry run)")
-    p.add_argument("-f", "--filename", required=True)
+    p.add_argument("-f", "--filename", action="append", required=True, help=_FILENAME_HELP)
     p.set_defaults(func=_render)
 
     p = sub.add_parser(

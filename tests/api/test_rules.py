@@ -74,4 +74,4 @@ def test_validate_cli_rejects_broken_yaml(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("spec: [unclosed")
     assert cli_main(["validate", "-f", str(bad)]) == 1
-    assert "<yaml>" in capsys.readouterr().err
+    assert "bad.yaml is not valid YAML:\n  - line 1 column 16: " in capsys.readouterr().err

@@ -118,7 +118,8 @@ def test_override_is_validated_like_the_manifest(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("doc", "expected"),
     [
-        ("kind: [unclosed", "<yaml>"),
+        ("kind: [unclosed", "is not valid YAML"),
+        (yaml.safe_dump(BASE) + "kind: RLJob\n", 'key "kind" already set'),
         (yaml.safe_dump({**BASE, "apiVersion": "v1"}), "apiVersion"),
         (yaml.safe_dump({**BASE, "spec": {**BASE["spec"], "modle": {}}}), "spec.modle"),
     ],

@@ -111,7 +111,7 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
     spec = job.spec
     backend_errors = rollout.check_backend(spec, jax.default_backend())
     if backend_errors:
-        raise RLJobError(backend_errors, job.metadata.name)
+        raise RLJobError(backend_errors, job.metadata.name, "cannot be trained on this host")
     task = EmitTask(seed=spec.grpo.seed, batch_size=spec.grpo.batchSize)
     recorder = StepRecorder(
         max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0, callbacks=callbacks
@@ -123,7 +123,9 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
     try:
         run = tunix_bridge.build(spec, task.reward_fns(), recorder)
     except RowTooShortError as exc:  # the packed learner's own startup check: a config error, not a crash
-        raise RLJobError([f"spec.packing.maxSeqTokenPerTpu: {exc}"], job.metadata.name) from None
+        raise RLJobError(
+            [f"spec.packing.maxSeqTokenPerTpu: {exc}"], job.metadata.name, "cannot be trained"
+        ) from None
     start = ckpt.resume(run)  # newest readable checkpoint (0: none)
     run.train(task.batches(start, spec.grpo.maxSteps))
     ckpt.close()
@@ -148,13 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         job = load_rljob(args.config)
         job = apply_overrides(job, args, args.config)
         errors = preflight(job, EmitTask(seed=job.spec.grpo.seed, batch_size=job.spec.grpo.batchSize))
-        if errors:
-            raise RLJobError(errors, args.config)
-    except FileNotFoundError:
-        print(f"--config: {args.config}: no such file", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+        if errors:  # a valid RLJob (`rljob validate` agrees) that this trainer cannot run as given
+            raise RLJobError(errors, args.config, "cannot be trained")
     except RLJobError as exc:
-        print(exc, file=sys.stderr)
+        print(f"--config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
 
     _configure_logging()
