@@ -59,10 +59,12 @@ def jobset_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: An
 
 @kopf.on.event(*RLJOB)
 def rljob_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Keep ``rljob_operator_rljobs{phase}`` current (and forget deleted RLJobs)."""
-    meta = body.get("metadata", {})
-    phase = None if event.get("type") == "DELETED" else (body.get("status") or {}).get("phase") or "Pending"
-    memo.metrics.set_phase(meta.get("namespace", ""), meta.get("name", ""), phase)
+    """Keep the RLJob metrics (phase, restarts) current (and forget deleted RLJobs)."""
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    phase = None if event.get("type") == "DELETED" else status.get("phase") or "Pending"
+    memo.metrics.set_phase(
+        meta.get("namespace", ""), meta.get("name", ""), phase, int(status.get("restarts", 0))
+    )
 
 
 @kopf.on.probe(id="rljobs")

@@ -119,6 +119,13 @@ class MetricsSpec(Model):
     """Port of the /metrics endpoint on each host (host network: keep off 8080, 8431, 8471, 8476, 8482)."""
     stepTimeBaselineSeconds: Annotated[float, Field(gt=0, le=86400)] | None = None
     """Expected seconds per global step; the step-time regression alert compares against it."""
+    stallThresholdSeconds: Annotated[int, Field(ge=1, le=604800)] = 1800
+    """Seconds without a completed step after which a trainer host counts as stalled (the stall alert and
+    the Stalled condition). The trainer raises it to twice its longest steady step plus its longest
+    checkpoint save, so make it cover the longest pause you expect (eval, checkpoint)."""
+    firstStepGraceSeconds: Annotated[int, Field(ge=1, le=604800)] = 3600
+    """Seconds a trainer process may take for its first step (XLA compiles, weights load) before it counts
+    as stalled; also applies after every restart."""
 
 
 class RLJobSpec(Model):

@@ -10,16 +10,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.observability.conftest import ALERT_TESTS, RULES
+from tests.observability.conftest import ALERT_TESTS, ROOT, RULES
+
+RUNBOOK = ROOT / "docs" / "runbook.md"
 
 
 def _run(promtool: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(promtool), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
+def _rules() -> list[dict]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+
+
 def _alerts() -> list[str]:
-    doc = yaml.safe_load(RULES.read_text())
-    return [r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r]
+    return [r["alert"] for r in _rules() if "alert" in r]
 
 
 def test_rules_file_is_plain_groups() -> None:
@@ -32,7 +37,7 @@ def test_rules_file_is_plain_groups() -> None:
 def test_promtool_check_rules(promtool: Path) -> None:
     r = _run(promtool, "check", "rules", str(RULES))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"SUCCESS: {len(_alerts())} rules found" in r.stdout
+    assert f"SUCCESS: {len(_rules())} rules found" in r.stdout
 
 
 def test_promtool_test_rules(promtool: Path) -> None:
@@ -49,13 +54,41 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
         assert any(not c.get("exp_alerts") for c in mine), f"{alert}: no quiet case"
 
 
+def test_every_alert_has_a_runbook_section() -> None:
+    """runbook_url points at docs/runbook.md#<alert name, lower case>, and that section exists."""
+    headings = {
+        line[3:].strip().lower() for line in RUNBOOK.read_text().splitlines() if line.startswith("## ")
+    }
+    for rule in _rules():
+        if "alert" in rule:
+            name = rule["alert"]
+            url = rule["annotations"].get("runbook_url", "")
+            assert url.endswith(f"/docs/runbook.md#{name.lower()}"), (name, url)
+            assert name.lower() in headings, f"docs/runbook.md has no '## {name}' section"
+
+
 MUTATIONS = {
     "compiled steps counted": ('{compiled="false"}', ""),
     "unpacked padding counted": ('{packed="true"}', ""),
     "conflicts counted": ('{kind!="conflict"}', ""),
-    "absent trainers not counted as 0": ("or vector(0)", ""),
-    "stall threshold ignored": ("> rljob_trainer_stall_threshold_seconds", "> 1800"),
+    "absence not per RLJob": ("unless on (namespace, rljob)", "unless on (namespace)"),
+    "stall threshold ignored": (
+        "(rljob_trainer_stall_threshold_seconds and",
+        "(rljob_trainer_first_step_grace_seconds and",
+    ),
+    "first-step grace ignored": (
+        "(rljob_trainer_first_step_grace_seconds and",
+        "(rljob_trainer_stall_threshold_seconds and",
+    ),
+    "finished runs count as stalled": (">= rljob_trainer_max_steps", "> 1e12"),
+    "stall alert per host": (
+        "count by (namespace, rljob) (rljob:",
+        "count by (namespace, rljob, process) (rljob:",
+    ),
     "regression margin dropped": ("1.25 * max by", "1.0 * max by"),
+    "regression needs no steady steps": (") >= 10", ") >= 0"),
+    "failed means succeeded": ('{phase="Failed"}', '{phase="Succeeded"}'),
+    "two restarts are often": (") >= 3", ") >= 2"),
 }
 
 

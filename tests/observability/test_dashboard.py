@@ -34,7 +34,31 @@ def _exported() -> set[str]:
 
 
 def _exprs() -> list[str]:
-    return [t["expr"] for p in dashboard.build()["panels"] for t in p["targets"]]
+    d = dashboard.build()
+    panels = [t["expr"] for p in d["panels"] for t in p["targets"]]
+    return panels + [a["expr"] for a in d["annotations"]["list"]]
+
+
+def test_per_rljob_queries_group_by_namespace_and_rljob() -> None:
+    """Same-named RLJobs in two namespaces never merge: every aggregation of per-RLJob series keeps both."""
+    for expr in _exprs():
+        if "$rljob" not in expr:
+            continue
+        for by in re.findall(r"by \(([^)]*)\)", expr):
+            labels = {x.strip() for x in by.split(",")}
+            assert {"namespace", "rljob"} <= labels or {"rljob_namespace", "rljob"} <= labels, (by, expr)
+
+
+def test_operator_panels_and_alert_annotations() -> None:
+    d = dashboard.build()
+    text = "\n".join(_exprs())
+    for name in (
+        "rljob_operator_rljob_status_phase",
+        "rljob_operator_rljob_restarts",
+        "rljob_operator_reconcile_",
+    ):
+        assert name in text, name
+    assert any("ALERTS{" in a["expr"] for a in d["annotations"]["list"])
 
 
 def test_checked_in_json_is_generated() -> None:

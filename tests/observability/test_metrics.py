@@ -84,15 +84,18 @@ def test_no_baseline_no_series() -> None:
     assert not runs.series(samples(tm), "rljob_trainer_step_time_baseline_seconds")
 
 
-def test_stall_threshold_covers_long_steps_and_checkpoint_pauses(monkeypatch) -> None:
-    monkeypatch.setenv(m.STALL_THRESHOLD_ENV, "600")
-    tm = m.TrainerMetrics(rljob="j")
+def test_stall_threshold_covers_long_steps_and_checkpoint_pauses() -> None:
+    tm = m.TrainerMetrics(rljob="j", stall_threshold_seconds=600, first_step_grace_seconds=900)
     assert value(samples(tm), "rljob_trainer_stall_threshold_seconds") == 600
-    tm(report(1, seconds=400))
-    tm.on_checkpoint(1, 150)
+    assert value(samples(tm), "rljob_trainer_first_step_grace_seconds") == 900
+    tm(report(1, seconds=5000))  # the first (compiling) step is the grace's business, not the threshold's
+    assert value(samples(tm), "rljob_trainer_stall_threshold_seconds") == 600
+    tm(report(2, seconds=400))
+    tm.on_checkpoint(2, 150)
     s = samples(tm)
     assert value(s, "rljob_trainer_stall_threshold_seconds") == 2 * 400 + 150
-    assert value(s, "rljob_trainer_checkpoint_last_step") == 1
+    assert value(s, "rljob_trainer_last_step_duration_seconds") == 400
+    assert value(s, "rljob_trainer_checkpoint_last_step") == 2
     assert value(s, "rljob_trainer_checkpoint_save_duration_seconds_count") == 1
 
 
@@ -101,7 +104,10 @@ def test_start_serves_http_and_close_servers_stops_it() -> None:
     job = SimpleNamespace(
         metadata=SimpleNamespace(name="served"),
         spec=SimpleNamespace(
-            metrics=SimpleNamespace(port=port, stepTimeBaselineSeconds=7.0), grpo=SimpleNamespace(maxSteps=5)
+            metrics=SimpleNamespace(
+                port=port, stepTimeBaselineSeconds=7.0, stallThresholdSeconds=60, firstStepGraceSeconds=90
+            ),
+            grpo=SimpleNamespace(maxSteps=5),
         ),
     )
     recorder = StepRecorder(max_steps=5, packed=False)

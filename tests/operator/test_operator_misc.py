@@ -14,7 +14,7 @@ def test_metric_names_and_phase_gauge():
     om = m.OperatorMetrics()
     om.set_phase("a", "j1", "Running")
     om.set_phase("a", "j2", "Running")
-    om.set_phase("b", "j1", "Failed")
+    om.set_phase("b", "j1", "Failed", restarts=2)
     om.set_phase("a", "j2", "Succeeded")
     om.set_phase("b", "j1", None)
     with om.reconcile("create"):
@@ -28,6 +28,13 @@ def test_metric_names_and_phase_gauge():
     assert 'rljob_operator_reconcile_errors_total{kind="api"} 1.0' in text
     assert 'rljob_operator_reconcile_duration_seconds_count{handler="create"} 2.0' in text
     assert om.tracked() == 2
+    # Per RLJob: the current phase only (no stale series for an old phase or a deleted RLJob).
+    assert 'rljob_operator_rljob_status_phase{phase="Running",rljob="j1",rljob_namespace="a"} 1.0' in text
+    assert 'rljob_operator_rljob_status_phase{phase="Succeeded",rljob="j2",rljob_namespace="a"} 1.0' in text
+    assert 'phase="Running",rljob="j2"' not in text and 'rljob_namespace="b"' not in text
+    om.set_phase("b", "j3", "Restarting", restarts=4)
+    text = generate_latest(om.registry).decode()
+    assert 'rljob_operator_rljob_restarts{rljob="j3",rljob_namespace="b"} 4.0' in text
 
 
 def test_settings_use_the_project_domain():

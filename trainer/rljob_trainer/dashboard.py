@@ -5,6 +5,9 @@ the checked-in ``charts/rljob/files/rljob-dashboard.json`` equals ``build()``, s
 cannot leave a dead panel behind. Plain dicts rather than grafana-foundation-sdk: a dozen panels do not
 justify a dependency in the trainer image.
 
+Operator panels read ``rljob_operator.metrics``: this module is a build-time generator (never imported
+by a running trainer), so it may name both components' metrics.
+
 Sidecar-ready (kube-prometheus-stack loads ConfigMaps labelled ``grafana_dashboard: "1"``): a stable
 ``uid``, a ``${datasource}`` variable on every panel and query, no ``__inputs``.
 """
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from rljob_operator import metrics as om
 
 from rljob_trainer import metrics as m
 
@@ -56,18 +61,26 @@ def _panel(
     }
 
 
-def _mean(name_prefix: str, by: str, extra: str = "") -> str:
-    """Exact mean of a histogram: rate(_sum) / rate(_count)."""
+BY = "namespace, rljob"
+"""Every panel groups by namespace and RLJob: two RLJobs of the same name in two namespaces stay apart."""
+J = "{{namespace}}/{{rljob}}"
+"""Legend prefix for a series of one RLJob."""
+OP_SEL = 'rljob_namespace=~"$namespace", rljob=~"$rljob"'
+"""The operator's per-RLJob series name the RLJob's namespace ``rljob_namespace`` (see its metrics.py)."""
+
+
+def _mean(name_prefix: str, by: str = BY, extra: str = "") -> str:
+    """Exact mean of a histogram: rate(_sum) / rate(_count), only where the window holds an observation."""
     sel = f"{{{SEL}{extra}}}"
     return (
         f"sum by ({by}) (rate({name_prefix}_sum{sel}[$__rate_interval]))\n/\n"
-        f"sum by ({by}) (rate({name_prefix}_count{sel}[$__rate_interval]))"
+        f"(sum by ({by}) (rate({name_prefix}_count{sel}[$__rate_interval])) > 0)"
     )
 
 
 def _quantile(q: float, name_prefix: str, extra: str = "") -> str:
     return (
-        f"histogram_quantile({q}, sum by (le, rljob) "
+        f"histogram_quantile({q}, sum by (le, {BY}) "
         f"(rate({name_prefix}_bucket{{{SEL}{extra}}}[$__rate_interval])))"
     )
 
@@ -105,7 +118,7 @@ def _variables() -> list[dict[str, Any]]:
     ]
 
 
-def _panels() -> list[dict[str, Any]]:
+def _trainer_panels() -> list[dict[str, Any]]:
     step, phase = m.STEP_DURATION, m.PHASE_DURATION
     steady = ', compiled="false"'
     return [
@@ -113,23 +126,26 @@ def _panels() -> list[dict[str, Any]]:
             1,
             "Step time (steady steps)",
             [
-                (_mean(step, "rljob", steady), "{{rljob}} mean"),
-                (_quantile(0.5, step, steady), "{{rljob}} p50"),
-                (_quantile(0.9, step, steady), "{{rljob}} p90"),
-                (_quantile(0.99, step, steady), "{{rljob}} p99"),
-                (f"max by (rljob) ({m.STEP_TIME_BASELINE}{{{SEL}}})", "{{rljob}} baseline"),
+                (
+                    f"{_mean(step, extra=steady)}\nor on ({BY})\n"
+                    f"max by ({BY}) ({m.LAST_STEP_DURATION}{{{SEL}}})",
+                    f"{J} mean",
+                ),
+                (_quantile(0.5, step, steady), f"{J} p50"),
+                (_quantile(0.9, step, steady), f"{J} p90"),
+                (_quantile(0.99, step, steady), f"{J} p99"),
+                (f"max by ({BY}) ({m.STEP_TIME_BASELINE}{{{SEL}}})", f"{J} baseline"),
             ],
             (0, 0, 12, 8),
             "s",
-            "Mean is exact (rate of _sum / rate of _count); quantiles are accurate to one "
-            "bucket. Steps that compiled are excluded. The regression alert fires at 1.25x the baseline.",
+            "Mean is exact (rate of _sum / rate of _count) over steady steps; when a step is longer than "
+            "the rate window, the last step's duration is shown instead of a gap. Quantiles are accurate "
+            "to one bucket. The regression alert fires at 1.25x the baseline.",
         ),
         _panel(
             2,
             "Phase time per step",
-            [
-                (_mean(phase, "rljob, phase"), "{{rljob}} {{phase}}"),
-            ],
+            [(_mean(phase, f"{BY}, phase"), f"{J} {{{{phase}}}}")],
             (12, 0, 12, 8),
             "s",
             "Mean seconds per global step spent in rollout, ref_inference, old_logps, "
@@ -140,9 +156,9 @@ def _panels() -> list[dict[str, Any]]:
             3,
             "Reward",
             [
-                (f"avg by (rljob) ({m.REWARD_MEAN}{{{SEL}}})", "{{rljob}} mean"),
-                (f"min by (rljob) ({m.REWARD_MIN}{{{SEL}}})", "{{rljob}} min"),
-                (f"max by (rljob) ({m.REWARD_MAX}{{{SEL}}})", "{{rljob}} max"),
+                (f"avg by ({BY}) ({m.REWARD_MEAN}{{{SEL}}})", f"{J} mean"),
+                (f"min by ({BY}) ({m.REWARD_MIN}{{{SEL}}})", f"{J} min"),
+                (f"max by ({BY}) ({m.REWARD_MAX}{{{SEL}}})", f"{J} max"),
             ],
             (0, 8, 12, 8),
             "none",
@@ -153,9 +169,9 @@ def _panels() -> list[dict[str, Any]]:
             "Token utilization (packing)",
             [
                 (
-                    f"1 - sum by (rljob, packed) (rate({m.PADDING_TOKENS}{{{SEL}}}[$__rate_interval]))\n/\n"
-                    f"sum by (rljob, packed) (rate({m.CAPACITY_TOKENS}{{{SEL}}}[$__rate_interval]))",
-                    "{{rljob}} packed={{packed}}",
+                    f"1 - sum by ({BY}, packed) (rate({m.PADDING_TOKENS}{{{SEL}}}[$__rate_interval]))\n/\n"
+                    f"sum by ({BY}, packed) (rate({m.CAPACITY_TOKENS}{{{SEL}}}[$__rate_interval]))",
+                    f"{J} packed={{{{packed}}}}",
                 ),
             ],
             (12, 8, 12, 8),
@@ -169,21 +185,22 @@ def _panels() -> list[dict[str, Any]]:
             5,
             "Seconds since last step, per host",
             [
-                (f"time() - {m.LAST_STEP_TIMESTAMP}{{{SEL}}}", "{{rljob}} process {{process}}"),
-                (f"max by (rljob) ({m.STALL_THRESHOLD}{{{SEL}}})", "{{rljob}} stall threshold"),
+                (f"time() - {m.LAST_STEP_TIMESTAMP}{{{SEL}}}", f"{J} process {{{{process}}}}"),
+                (f"max by ({BY}) ({m.STALL_THRESHOLD}{{{SEL}}})", f"{J} stall threshold"),
+                (f"max by ({BY}) ({m.FIRST_STEP_GRACE}{{{SEL}}})", f"{J} first-step grace"),
             ],
             (0, 16, 12, 8),
             "s",
-            "One line per trainer process: a single stuck host stands out. The stall "
-            "alert fires above the threshold line.",
+            "One line per trainer process: a single stuck host stands out. The stall alert fires above "
+            "the threshold line (above the grace line while a process has not completed its first step).",
         ),
         _panel(
             6,
             "Global step, per host",
             [
-                (f"{m.GLOBAL_STEP}{{{SEL}}}", "{{rljob}} process {{process}}"),
-                (f"max by (rljob) ({m.MAX_STEPS}{{{SEL}}})", "{{rljob}} max steps"),
-                (f"max by (rljob) ({m.CHECKPOINT_LAST_STEP}{{{SEL}}})", "{{rljob}} last checkpoint"),
+                (f"{m.GLOBAL_STEP}{{{SEL}}}", f"{J} process {{{{process}}}}"),
+                (f"max by ({BY}) ({m.MAX_STEPS}{{{SEL}}})", f"{J} max steps"),
+                (f"max by ({BY}) ({m.CHECKPOINT_LAST_STEP}{{{SEL}}})", f"{J} last checkpoint"),
             ],
             (12, 16, 12, 8),
             "none",
@@ -193,9 +210,7 @@ def _panels() -> list[dict[str, Any]]:
         _panel(
             7,
             "Tokens per second",
-            [
-                (f"max by (rljob) (rate({m.TOKENS}{{{SEL}}}[$__rate_interval]))", "{{rljob}}"),
-            ],
+            [(f"max by ({BY}) (rate({m.TOKENS}{{{SEL}}}[$__rate_interval]))", J)],
             (0, 24, 12, 8),
             "short",
             "Real (prompt + completion) tokens trained on per second.",
@@ -204,16 +219,83 @@ def _panels() -> list[dict[str, Any]]:
             8,
             "Checkpoint saves and compiles",
             [
-                (_mean(m.CHECKPOINT_SAVE_DURATION, "rljob"), "{{rljob}} checkpoint save"),
+                (_mean(m.CHECKPOINT_SAVE_DURATION), f"{J} checkpoint save"),
                 (
-                    f"max by (rljob) (rate({m.COMPILE_SECONDS}{{{SEL}}}[$__rate_interval]))",
-                    "{{rljob}} compile seconds/s",
+                    f"max by ({BY}) (rate({m.COMPILE_SECONDS}{{{SEL}}}[$__rate_interval]))",
+                    f"{J} compile seconds/s",
                 ),
             ],
             (12, 24, 12, 8),
             "s",
             "Mean pause to save a checkpoint, and XLA compile time per second.",
         ),
+    ]
+
+
+def _operator_panels() -> list[dict[str, Any]]:
+    """The operator's view: RLJob phases and restarts, reconcile latency and errors."""
+    dur = om.RECONCILE_DURATION
+    return [
+        _panel(
+            9,
+            "RLJob phase (operator)",
+            [
+                (
+                    f"max by (rljob_namespace, rljob, phase) ({om.RLJOB_PHASE}{{{OP_SEL}}})",
+                    "{{rljob_namespace}}/{{rljob}} {{phase}}",
+                )
+            ],
+            (0, 32, 8, 8),
+            "none",
+            "The phase the operator last wrote to each RLJob's status (value 1 while in that phase).",
+            kind="state-timeline",
+        ),
+        _panel(
+            10,
+            "RLJob restarts (operator)",
+            [
+                (
+                    f"max by (rljob_namespace, rljob) ({om.RLJOB_RESTARTS}{{{OP_SEL}}})",
+                    "{{rljob_namespace}}/{{rljob}}",
+                )
+            ],
+            (8, 32, 8, 8),
+            "none",
+            "status.restarts: JobSet restarts of all slices (preemption included). RLJobRestartingOften "
+            "fires at 3 within an hour.",
+        ),
+        _panel(
+            11,
+            "Operator reconciles",
+            [
+                (
+                    f"histogram_quantile(0.9, sum by (le, handler) (rate({dur}_bucket[$__rate_interval])))",
+                    "p90 {{handler}}",
+                ),
+                (f"sum by (kind) (rate({om.RECONCILE_ERRORS}[$__rate_interval]))", "errors/s {{kind}}"),
+            ],
+            (16, 32, 8, 8),
+            "s",
+            "Reconcile latency per handler (p90) and reconcile errors per second by kind (conflicts are "
+            "normal retries).",
+        ),
+    ]
+
+
+def _annotations() -> list[dict[str, Any]]:
+    """Firing rljob alerts drawn on every time panel (Prometheus's ALERTS series)."""
+    return [
+        {
+            "name": "rljob alerts",
+            "datasource": DS,
+            "enable": True,
+            "iconColor": "red",
+            "expr": 'ALERTS{alertname=~"RLJob.*", alertstate="firing", namespace=~"$namespace"}',
+            "step": "60s",
+            "titleFormat": "{{alertname}}",
+            "textFormat": "{{namespace}}/{{rljob}} {{severity}}",
+            "useValueForTime": False,
+        }
     ]
 
 
@@ -232,9 +314,9 @@ def build() -> dict[str, Any]:
         "time": {"from": "now-6h", "to": "now"},
         "timezone": "browser",
         "templating": {"list": _variables()},
-        "annotations": {"list": []},
+        "annotations": {"list": _annotations()},
         "links": [],
-        "panels": _panels(),
+        "panels": _trainer_panels() + _operator_panels(),
     }
 
 

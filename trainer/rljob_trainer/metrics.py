@@ -39,6 +39,8 @@ MAX_STEPS = "rljob_trainer_max_steps"
 LAST_STEP_TIMESTAMP = "rljob_trainer_last_step_timestamp_seconds"
 STEP_TIME_BASELINE = "rljob_trainer_step_time_baseline_seconds"
 STALL_THRESHOLD = "rljob_trainer_stall_threshold_seconds"
+FIRST_STEP_GRACE = "rljob_trainer_first_step_grace_seconds"
+LAST_STEP_DURATION = "rljob_trainer_last_step_duration_seconds"
 CAPACITY_TOKENS = "rljob_trainer_packing_capacity_tokens_total"
 PADDING_TOKENS = "rljob_trainer_packing_padding_tokens_total"
 TOKENS = "rljob_trainer_tokens_total"
@@ -65,8 +67,10 @@ PHASE_LABELS = {
 """progress.PHASES -> the ``phase`` label (Tunix's perf names: rollout, ref_inference, actor_train, ...)."""
 
 DEFAULT_STALL_THRESHOLD_SECONDS = 1800.0
-STALL_THRESHOLD_ENV = "RLJOB_STALL_THRESHOLD_SECONDS"
-"""Minimum stall threshold; the exported threshold also grows to cover the longest step + checkpoint."""
+"""spec.metrics.stallThresholdSeconds's default: the minimum; the exported threshold grows to cover the
+longest steady step twice plus the longest checkpoint save."""
+DEFAULT_FIRST_STEP_GRACE_SECONDS = 3600.0
+"""spec.metrics.firstStepGraceSeconds's default."""
 LINGER_ENV = "RLJOB_METRICS_LINGER_SECONDS"
 """Seconds to keep serving /metrics after training ends (default 0), so the last scrape sees the end."""
 
@@ -96,6 +100,9 @@ class TrainerMetrics:
 
     ``baseline_seconds`` is ``spec.metrics.stepTimeBaselineSeconds``: when unset the baseline series is
     not exported at all, so the regression alert (a join on it) stays silent instead of comparing to 0.
+    ``stall_threshold_seconds`` and ``first_step_grace_seconds`` come from the spec too: the stall alert
+    compares the time since the last step with the grace until this process completed a step, and with
+    the threshold after that, so a long first compile does not page.
     """
 
     def __init__(
@@ -104,7 +111,8 @@ class TrainerMetrics:
         process: int = 0,
         baseline_seconds: float | None = None,
         max_steps: int = 0,
-        stall_threshold_seconds: float | None = None,
+        stall_threshold_seconds: float = DEFAULT_STALL_THRESHOLD_SECONDS,
+        first_step_grace_seconds: float = DEFAULT_FIRST_STEP_GRACE_SECONDS,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -148,9 +156,22 @@ class TrainerMetrics:
         )
         self.stall_threshold = Gauge(
             STALL_THRESHOLD,
-            "Seconds without a step after which training counts as stalled: the "
-            f"configured minimum ({STALL_THRESHOLD_ENV}) or twice the longest step plus the longest "
+            "Seconds without a step after which training counts as stalled: "
+            "spec.metrics.stallThresholdSeconds or twice the longest steady step plus the longest "
             "checkpoint save seen, whichever is larger.",
+            base,
+            registry=r,
+        )
+        self.first_step_grace = Gauge(
+            FIRST_STEP_GRACE,
+            "spec.metrics.firstStepGraceSeconds: how long this process may take for its first step "
+            "(compiles) before it counts as stalled.",
+            base,
+            registry=r,
+        )
+        self.last_step_duration = Gauge(
+            LAST_STEP_DURATION,
+            "Wall time of the last global step (shown where a rate window holds no step).",
             base,
             registry=r,
         )
@@ -204,10 +225,7 @@ class TrainerMetrics:
         self.resumed_step.labels(**lb).set(0)
         if baseline_seconds is not None:
             self.baseline.labels(**lb).set(baseline_seconds)
-        if stall_threshold_seconds is None:
-            stall_threshold_seconds = float(
-                os.environ.get(STALL_THRESHOLD_ENV, DEFAULT_STALL_THRESHOLD_SECONDS)
-            )
+        self.first_step_grace.labels(**lb).set(first_step_grace_seconds)
         self._min_stall = stall_threshold_seconds
         self._longest_step = 0.0
         self._longest_save = 0.0
@@ -258,7 +276,9 @@ class TrainerMetrics:
             self.reward_min.labels(**lb).set(float(r.rewards.min()))
             self.reward_max.labels(**lb).set(float(r.rewards.max()))
         self.global_step.labels(**lb).set(r.step)
-        self._longest_step = max(self._longest_step, r.seconds)
+        self.last_step_duration.labels(**lb).set(r.seconds)
+        if not compiled:  # the first step and compiles are covered by the first-step grace instead
+            self._longest_step = max(self._longest_step, r.seconds)
         self._update_stall_threshold()
         # Last: a scrape that sees the new timestamp also sees everything else about this step.
         self.steps.labels(**lb).inc()
@@ -317,6 +337,8 @@ def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") ->
         process=process_index,
         baseline_seconds=spec.metrics.stepTimeBaselineSeconds,
         max_steps=spec.grpo.maxSteps,
+        stall_threshold_seconds=spec.metrics.stallThresholdSeconds,
+        first_step_grace_seconds=spec.metrics.firstStepGraceSeconds,
     )
     metrics.watch_compiles()
     _servers.append((MetricsServer(metrics, spec.metrics.port, addr=addr), metrics))
