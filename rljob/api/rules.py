@@ -49,35 +49,59 @@ def _cel_list(items: tuple[Any, ...]) -> str:
     return "[" + ", ".join(f"'{i}'" if isinstance(i, str) else str(i) for i in items) + "]"
 
 
+def _dim(i: int) -> str:
+    return f"int(self.topology.split('x')[{i}])"
+
+
 def _topology_rule(gen: tpu.Generation) -> Rule:
-    allowed = gen.topologies
+    """GKE's rule for one generation (``tpu.Generation``): its listed shapes, and for 3D generations any
+    ``AxBxC`` with A <= B <= C, all multiples of 4, up to ``max_chips`` chips.
+
+    The CEL uses ``split`` (Kubernetes' strings extension); the ``matches`` guard comes first, and CEL's
+    ``&&`` is false as soon as one side is, so a 2D topology never reaches the ``int`` calls.
+    """
+    listed = f"self.topology in {_cel_list(gen.shapes)}"
+    if gen.dims == 2:
+        message = f"for {gen.accelerator} must be one of {', '.join(gen.shapes)}"
+        cel = f"self.accelerator != '{gen.accelerator}' || {listed}"
+    else:
+        e = tpu.CUBE_EDGE
+        message = (
+            f"for {gen.accelerator} must be one of {', '.join(gen.shapes)}, or AxBxC with A <= B <= C, "
+            f"all multiples of {e}, at most {gen.max_chips} chips"
+        )
+        cube = " && ".join(
+            [
+                f"self.topology.matches('{tpu.CUBE_PATTERN}')",
+                *(f"{_dim(i)} % {e} == 0" for i in range(3)),
+                f"{_dim(0)} <= {_dim(1)}",
+                f"{_dim(1)} <= {_dim(2)}",
+                f"{_dim(0)} * {_dim(1)} * {_dim(2)} <= {gen.max_chips}",
+            ]
+        )
+        cel = f"self.accelerator != '{gen.accelerator}' || {listed} || ({cube})"
     return Rule(
         scope=("spec", "tpu"),
         field="topology",
-        message=f"for {gen.accelerator} must be one of {', '.join(allowed)}",
-        cel=f"self.accelerator != '{gen.accelerator}' || self.topology in {_cel_list(allowed)}",
-        check=lambda t, g=gen: t.accelerator != g.accelerator or t.topology in g.topologies,
+        message=message,
+        cel=cel,
+        check=lambda t, g=gen: t.accelerator != g.accelerator or tpu.topology_ok(g.accelerator, t.topology),
     )
 
 
 _EIGHT_CHIP = tuple(g.accelerator for g in tpu.GENERATIONS if g.eight_chip_host)
 _SINGLE_HOST = tuple(
-    sorted(
-        {
-            t
-            for g in tpu.GENERATIONS
-            for t in g.topologies
-            if t not in tpu.multi_host_topologies(g.accelerator)
-        }
-    )
+    sorted({t for g in tpu.GENERATIONS for t in g.shapes if tpu.hosts_per_slice(g.accelerator, t) == 1})
 )
+"""Single-host topologies at the default chips per host (every shape from one cube up is multi-host)."""
+_SINGLE_CHIP = tuple(t for t in _SINGLE_HOST if tpu.chips(t) == 1)
 
 
 def _chips_per_host_ok(t: Any) -> bool:
     # Stated like the CEL; on valid topologies it equals tpu.allowed_chips_per_host (tests/api/test_tpu.py).
     return (
         t.chipsPerHost is None
-        or t.chipsPerHost == (1 if t.topology == "1x1" else 4)
+        or t.chipsPerHost == (1 if t.topology in _SINGLE_CHIP else 4)
         or (t.chipsPerHost == 8 and t.topology == "2x4" and t.accelerator in _EIGHT_CHIP)
     )
 
@@ -133,9 +157,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         scope=("spec", "tpu"),
         field="chipsPerHost",
-        message="must match the slice: 1 for topology 1x1, 8 only for 2x4 on "
+        message=f"must match the slice: 1 for topology {' or '.join(_SINGLE_CHIP)}, 8 only for 2x4 on "
         f"{' or '.join(_EIGHT_CHIP)}, else 4",
-        cel="!has(self.chipsPerHost) || self.chipsPerHost == (self.topology == '1x1' ? 1 : 4) || "
+        cel="!has(self.chipsPerHost) || "
+        f"self.chipsPerHost == (self.topology in {_cel_list(_SINGLE_CHIP)} ? 1 : 4) || "
         f"(self.chipsPerHost == 8 && self.topology == '2x4' && self.accelerator in {_cel_list(_EIGHT_CHIP)})",
         check=_chips_per_host_ok,
     ),

@@ -8,6 +8,7 @@ hosts-per-slice. Facts are from GKE's TPU docs and xpk's ``system_characteristic
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 RESERVED_TPU_PORTS: tuple[int, ...] = (8080, 8431, 8471, 8476, 8482)
@@ -17,28 +18,69 @@ coordinator on GKE TPU, ``jax/_src/clusters/cloud_tpu_cluster.py``)."""
 
 @dataclass(frozen=True)
 class Generation:
-    """One TPU generation as GKE labels it."""
+    """One TPU generation as GKE labels it, and GKE's documented topology rule for it.
+
+    2D generations (v5e, v6e): GKE documents a closed list of shapes, ``shapes``. 3D generations (v4, v5p,
+    TPU7x): ``AxBxC`` with ``A <= B <= C``, all multiples of 4 (whole 4x4x4 cubes and their multiples
+    along each axis), at most ``max_chips`` chips, plus the small shapes below one cube, ``shapes`` (GKE:
+    "Plan TPUs in GKE"; Cloud TPU: "TPU types and topologies", "v4 topology is AxBxC where A<=B<=C and
+    A, B, C are either all <= 4 or all integer multiples of 4"; the largest slices: v4 pod 4096 chips,
+    v5p 16x16x24 = 6144 chips, TPU7x pod 9216 chips).
+    """
 
     name: str
     accelerator: str  # value of the node label cloud.google.com/gke-tpu-accelerator
     dims: int  # 2 for AxB topologies, 3 for AxBxC
     machine_prefix: str  # GKE machine type without the chip-count suffix
-    topologies: tuple[str, ...]  # topologies GKE offers for this generation
+    shapes: tuple[str, ...]  # 2D: every topology; 3D: the ones below a 4x4x4 cube
+    max_chips: int  # 3D: chips in the largest slice (0 for 2D: the list is closed)
     eight_chip_host: bool  # whether a single-host 8-chip machine type exists (topology 2x4 only)
 
 
 _2D = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
-_3D = ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16")
+_SMALL_3D = ("2x2x1", "2x2x2", "2x2x4", "2x4x4")
+CUBE_EDGE = 4
+"""3D topologies from one cube up are multiples of this along every axis."""
 
 GENERATIONS: tuple[Generation, ...] = (
-    Generation("v4", "tpu-v4-podslice", 3, "ct4p-hightpu", (*_3D, "16x16x16"), False),
-    Generation("v5e", "tpu-v5-lite-podslice", 2, "ct5lp-hightpu", _2D, True),
-    Generation("v5p", "tpu-v5p-slice", 3, "ct5p-hightpu", (*_3D, "16x16x16", "16x16x24"), False),
-    Generation("v6e", "tpu-v6e-slice", 2, "ct6e-standard", _2D, True),
-    Generation("v7x", "tpu7x", 3, "tpu7x-standard", _3D, False),
+    Generation("v4", "tpu-v4-podslice", 3, "ct4p-hightpu", _SMALL_3D, 4096, False),
+    Generation("v5e", "tpu-v5-lite-podslice", 2, "ct5lp-hightpu", _2D, 0, True),
+    Generation("v5p", "tpu-v5p-slice", 3, "ct5p-hightpu", _SMALL_3D, 6144, False),
+    Generation("v6e", "tpu-v6e-slice", 2, "ct6e-standard", _2D, 0, True),
+    Generation("v7x", "tpu7x", 3, "tpu7x-standard", ("1x1x1", *_SMALL_3D), 9216, False),
 )
 BY_ACCELERATOR: dict[str, Generation] = {g.accelerator: g for g in GENERATIONS}
 ACCELERATORS: tuple[str, ...] = tuple(BY_ACCELERATOR)
+CUBE_PATTERN = r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$"
+
+
+def _cube_multiple(gen: Generation, topology: str) -> bool:
+    """The 3D rule from one cube up: A <= B <= C, all multiples of 4, at most ``max_chips`` chips."""
+    if gen.dims != 3 or re.fullmatch(CUBE_PATTERN, topology) is None:
+        return False
+    a, b, c = (int(d) for d in topology.split("x"))
+    return (
+        a % CUBE_EDGE == 0 and b % CUBE_EDGE == 0 and c % CUBE_EDGE == 0 and a <= b <= c
+    ) and a * b * c <= gen.max_chips
+
+
+def topology_ok(accelerator: str, topology: str) -> bool:
+    """Whether GKE offers this topology for this accelerator (the rule in ``Generation``'s docstring)."""
+    gen = BY_ACCELERATOR[accelerator]
+    return topology in gen.shapes or _cube_multiple(gen, topology)
+
+
+def topologies(accelerator: str) -> tuple[str, ...]:
+    """Every topology ``topology_ok`` accepts for this accelerator, smallest first (for tests and docs)."""
+    gen = BY_ACCELERATOR[accelerator]
+    out = list(gen.shapes)
+    if gen.dims == 3:
+        n = gen.max_chips // CUBE_EDGE**3
+        for a in range(1, n + 1):
+            for b in range(a, n // a + 1):
+                for c in range(b, n // (a * b) + 1):
+                    out.append(f"{a * CUBE_EDGE}x{b * CUBE_EDGE}x{c * CUBE_EDGE}")
+    return tuple(sorted(out, key=lambda t: (chips(t), t)))
 
 
 def chips(topology: str) -> int:
@@ -81,5 +123,4 @@ def machine_type(accelerator: str, topology: str, override: int | None = None) -
 
 def multi_host_topologies(accelerator: str) -> tuple[str, ...]:
     """Topologies of this generation whose slices span several hosts at the default chips per host."""
-    gen = BY_ACCELERATOR[accelerator]
-    return tuple(t for t in gen.topologies if chips(t) > default_chips_per_host(t))
+    return tuple(t for t in topologies(accelerator) if chips(t) > default_chips_per_host(t))

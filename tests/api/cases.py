@@ -75,10 +75,55 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("v5p 16x16x24", manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "16x16x24"}}), None),
     ("v5p 2x4", manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "2x4"}}), "spec.tpu.topology"),
     ("v7x 2x2x2", manifest({"tpu": {"accelerator": "tpu7x", "topology": "2x2x2"}}), None),
+    ("v7x 16x16x24", manifest({"tpu": {"accelerator": "tpu7x", "topology": "16x16x24"}}), None),
     (
-        "v7x 16x16x24",
-        manifest({"tpu": {"accelerator": "tpu7x", "topology": "16x16x24"}}),
+        "v7x 16x24x32 over the pod",
+        manifest({"tpu": {"accelerator": "tpu7x", "topology": "16x24x32"}}),
         "spec.tpu.topology",
+    ),
+    ("v7x 1x1x1", manifest({"tpu": {"accelerator": "tpu7x", "topology": "1x1x1"}}), None),
+    (
+        "v7x 1x1x1 with 1 chip",
+        manifest({"tpu": {"accelerator": "tpu7x", "topology": "1x1x1", "chipsPerHost": 1}}),
+        None,
+    ),
+    ("v5p 12x12x12", manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "12x12x12"}}), None),
+    ("v5p 4x4x12", manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "4x4x12"}}), None),
+    (
+        "v5p 1x1x1",
+        manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "1x1x1"}}),
+        "spec.tpu.topology",
+    ),
+    ("v4 8x8x12", manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "8x8x12"}}), None),
+    (
+        "v4 4x4x6 not a cube multiple",
+        manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "4x4x6"}}),
+        "spec.tpu.topology",
+    ),
+    (
+        "v4 8x4x4 out of order",
+        manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "8x4x4"}}),
+        "spec.tpu.topology",
+    ),
+    (
+        "v4 04x4x4 leading zero",
+        manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "04x4x4"}}),
+        "spec.tpu.topology",
+    ),
+    (
+        "v4 16x16x20 over the pod",
+        manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "16x16x20"}}),
+        "spec.tpu.topology",
+    ),
+    (
+        "multislice v5p 4x4x12",
+        manifest({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "4x4x12", "slices": 2}}),
+        None,
+    ),
+    (
+        "multislice v7x 1x1x1",
+        manifest({"tpu": {"accelerator": "tpu7x", "topology": "1x1x1", "slices": 2}}),
+        "spec.tpu.slices",
     ),
     ("v6e 16x16", manifest({"tpu": {"accelerator": "tpu-v6e-slice", "topology": "16x16"}}), None),
     (

@@ -11,15 +11,22 @@ from functools import cache
 from typing import Any
 
 import celpy
+from celpy import celtypes
 
 from rljob.api.crd import openapi_schema
 
 _ENV = celpy.Environment()
 
 
+def _split(text: Any, sep: Any) -> celtypes.ListType:
+    """``string.split(separator)`` of Kubernetes' CEL strings extension (Go's strings.Split), which
+    cel-python lacks; the real apiserver's version is exercised by tests/e2e/test_reliability_cel.py."""
+    return celtypes.ListType([celtypes.StringType(part) for part in str(text).split(str(sep))])
+
+
 @cache
 def _program(rule: str) -> Any:
-    return _ENV.program(_ENV.compile(rule))
+    return _ENV.program(_ENV.compile(rule), functions={"split": _split})
 
 
 def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:

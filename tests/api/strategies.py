@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from rljob.api import tpu
 from rljob.api.tpu import RESERVED_TPU_PORTS
 
-_topologies = sorted({t for g in tpu.GENERATIONS for t in g.topologies} | {"3x3", "2x2x3", "1x1x1"})
+_NEAR_MISSES = {"3x3", "2x2x3", "1x1x1", "4x4x6", "8x4x4", "04x4x4", "16x16x48", "24x24x24", "4x4", "0x4x4"}
+_topologies = sorted({t for g in tpu.GENERATIONS for t in tpu.topologies(g.accelerator)[:40]} | _NEAR_MISSES)
 
 
 def _optional(key: str, strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:

@@ -219,7 +219,7 @@ _VALID_NAMES = st.one_of(
     st.from_regex(r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?", fullmatch=True), st.sampled_from(["a", "a" * 40])
 )
 _BAD_NAMES = st.sampled_from(["a" * 41, "a-", "-a", "1a", "a.b", "A", "a_b", "é", "a" * 254, "a" * 64])
-_SHAPES = [(g.accelerator, t) for g in tpu.GENERATIONS for t in g.topologies]
+_SHAPES = [(g.accelerator, t) for g in tpu.GENERATIONS for t in tpu.topologies(g.accelerator)]
 
 
 @st.composite
