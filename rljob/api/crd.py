@@ -116,13 +116,16 @@ def _at(schema: dict[str, Any], scope: tuple[str, ...]) -> dict[str, Any]:
     return schema
 
 
-def _immutability_rules() -> list[dict[str, Any]]:
-    """Transition rules: every spec field except MUTABLE_SPEC_FIELDS keeps its first value."""
+def _immutability_rules(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Transition rules: every spec field except MUTABLE_SPEC_FIELDS keeps its first value.
+
+    ``spec`` is the spec's structural schema: a field is always present when it is required or the
+    apiserver fills a default (a list with an empty default is not defaulted, so it may be absent)."""
     rules = []
-    for name, field in RLJobSpec.model_fields.items():
+    for name in RLJobSpec.model_fields:
         if name in MUTABLE_SPEC_FIELDS:
             continue
-        always_present = field.is_required() or field.default is not None or field.default_factory is not None
+        always_present = name in spec.get("required", []) or "default" in spec["properties"][name]
         rule = (
             f"self.{name} == oldSelf.{name}"
             if always_present
@@ -152,7 +155,7 @@ def openapi_schema() -> dict[str, Any]:
             entry["fieldPath"] = "." + rule.field
         _at(schema, rule.scope).setdefault("x-kubernetes-validations", []).append(entry)
     spec = schema["properties"]["spec"]
-    spec["x-kubernetes-validations"] = [*spec.get("x-kubernetes-validations", []), *_immutability_rules()]
+    spec["x-kubernetes-validations"] = [*spec.get("x-kubernetes-validations", []), *_immutability_rules(spec)]
     return schema
 
 

@@ -189,6 +189,37 @@ RULES: tuple[Rule, ...] = (
         check=_micro_divides,
     ),
     Rule(
+        scope=("spec",),
+        field="rewards",
+        message="each reward needs exactly one of name (a built-in) or function (module:function)",
+        cel="!has(self.rewards) || self.rewards.all(r, has(r.name) != has(r.function))",
+        check=lambda s: all((r.name is None) != (r.function is None) for r in s.rewards or ()),
+    ),
+    Rule(
+        scope=("spec",),
+        field="rewards",
+        message="pattern is required by the regex reward and used by no other",
+        cel="!has(self.rewards) || self.rewards.all(r, has(r.pattern) == (has(r.name) && r.name == 'regex'))",
+        check=lambda s: all((r.pattern is not None) == (r.name == "regex") for r in s.rewards or ()),
+    ),
+    Rule(
+        scope=("spec",),
+        field="rewards",
+        message="maxLength is required by the lengthPenalty reward and used by no other",
+        cel="!has(self.rewards) || self.rewards.all(r, has(r.maxLength) == (has(r.name) && r.name == 'lengthPenalty'))",
+        check=lambda s: all(
+            (r.maxLength is not None) == (r.name == "lengthPenalty") for r in s.rewards or ()
+        ),
+    ),
+    Rule(
+        scope=("spec",),
+        field="rewards",
+        message="spec.data and spec.rewards go together: a dataset needs at least one reward, and rewards "
+        "need a dataset",
+        cel="has(self.data) == has(self.rewards)",
+        check=lambda s: (s.data is not None) == (s.rewards is not None),
+    ),
+    Rule(
         scope=("spec", "metrics"),
         field="port",
         message=f"must not be one of the TPU runtime's ports {', '.join(map(str, RESERVED_TPU_PORTS))}",

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rljob.api.base import Model, PathStr
 from rljob.api.rules import violations
 from rljob.api.tpu import ACCELERATORS
+from rljob.api.workload import DataSpec, ModelSource, RewardSpec
 
 GROUP = "rljob.dev"
 VERSION = "v1alpha1"
@@ -36,10 +37,13 @@ class ModelSpec(Model):
     """Model family, one of Tunix's model implementations (tunix.models.<family>)."""
     size: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")] = "tiny"
     """Size or config name, e.g. "0.6b", "8b", or "tiny" (a random 2-layer model for CPU demos and tests)."""
-    checkpointPath: PathStr | None = None
-    """Weights to start from (a local path or gs:// URI). Unset: random initialisation (demo sizes only)."""
-    tokenizerPath: PathStr | None = None
-    """Tokenizer to load (a local path, gs:// URI or hub id). Unset: the built-in synthetic task's tokenizer."""
+    checkpointPath: ModelSource | None = None
+    """Hugging Face-format weights (config.json + *.safetensors) to start from: a local directory,
+    gs://bucket/path or hf://org/repo[@revision]. Unset: random initialisation (size tiny only)."""
+    tokenizerPath: ModelSource | None = None
+    """Tokenizer (a tokenizer.json file, or a directory/repo with tokenizer.json and its chat template), as a
+    local path, gs:// or hf:// URI. Unset: the checkpoint's own tokenizer (size tiny without a checkpoint:
+    the built-in 256-character tokenizer)."""
 
 
 class TPUSpec(Model):
@@ -141,6 +145,10 @@ class RLJobSpec(Model):
     """Maximum prompt length in tokens (MaxText's max_prefill_predict_length)."""
     maxTargetLength: Annotated[int, Field(ge=2, le=1_048_576)] = 128
     """Maximum prompt + completion length in tokens (MaxText's max_target_length)."""
+    data: DataSpec | None = None
+    """The training prompts. Unset (size tiny only): the built-in synthetic "emit a" dataset."""
+    rewards: Annotated[list[RewardSpec], Field(min_length=1, max_length=16)] | None = None
+    """Reward functions, summed with their weights. Required with spec.data (unset: the demo reward)."""
     packing: PackingSpec = Field(default_factory=PackingSpec)
     """Sequence packing."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)

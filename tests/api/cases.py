@@ -18,6 +18,13 @@ BASE: dict[str, Any] = {
 }
 
 
+WORKLOAD: dict[str, Any] = {
+    "data": {"source": "hf://datasets/openai/gsm8k", "config": "main", "promptField": "question"},
+    "rewards": [{"name": "mathAnswer"}],
+}
+"""A valid spec.data + spec.rewards patch (GSM8K with a math reward)."""
+
+
 def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """Deep-merge ``patch`` into a copy of ``base``; a value of ``DELETE`` removes the key."""
     out = copy.deepcopy(base)
@@ -196,4 +203,94 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("missing tpu", merge(BASE, {"spec": {"tpu": DELETE}}), "spec.tpu"),
     ("image wrong type", manifest({"image": 5}), "spec.image"),
     ("unknown model family", manifest({"model": {"family": "gpt9"}}), "spec.model.family"),
+    # spec.model sources: local, gs:// and hf:// (form only; existence is the trainer's start-up check)
+    ("checkpoint local", manifest({"model": {"checkpointPath": "/ckpt/qwen3"}}), None),
+    ("checkpoint relative", manifest({"model": {"checkpointPath": "ckpt/qwen3"}}), None),
+    ("checkpoint gs", manifest({"model": {"checkpointPath": "gs://my-bucket/models/qwen3-8b"}}), None),
+    ("checkpoint hf", manifest({"model": {"checkpointPath": "hf://Qwen/Qwen3-0.6B"}}), None),
+    ("checkpoint hf revision", manifest({"model": {"checkpointPath": "hf://Qwen/Qwen3-0.6B@main"}}), None),
+    (
+        "checkpoint hf no org",
+        manifest({"model": {"checkpointPath": "hf://Qwen3"}}),
+        "spec.model.checkpointPath",
+    ),
+    ("checkpoint s3", manifest({"model": {"checkpointPath": "s3://b/k"}}), "spec.model.checkpointPath"),
+    (
+        "checkpoint gs no bucket",
+        manifest({"model": {"checkpointPath": "gs://"}}),
+        "spec.model.checkpointPath",
+    ),
+    ("tokenizer hf", manifest({"model": {"tokenizerPath": "hf://Qwen/Qwen3-0.6B"}}), None),
+    (
+        "tokenizer https",
+        manifest({"model": {"tokenizerPath": "https://x/t.json"}}),
+        "spec.model.tokenizerPath",
+    ),
+    # spec.data and spec.rewards
+    ("data with reward", manifest(WORKLOAD), None),
+    (
+        "hub dataset without org",
+        manifest(merge(WORKLOAD, {"data": {"source": "hf://datasets/gsm8k@v1"}})),
+        None,
+    ),
+    ("gs dataset", manifest(merge(WORKLOAD, {"data": {"source": "gs://my-bucket/data/train.jsonl"}})), None),
+    ("local dataset", manifest(merge(WORKLOAD, {"data": {"source": "examples/tiny/emit.jsonl"}})), None),
+    (
+        "hub model as dataset",
+        manifest(merge(WORKLOAD, {"data": {"source": "hf://openai/gsm8k"}})),
+        "spec.data.source",
+    ),
+    (
+        "gs bucket only dataset",
+        manifest(merge(WORKLOAD, {"data": {"source": "gs://bucket"}})),
+        "spec.data.source",
+    ),
+    ("data without source", manifest(merge(WORKLOAD, {"data": {"source": DELETE}})), "spec.data.source"),
+    ("zero max examples", manifest(merge(WORKLOAD, {"data": {"maxExamples": 0}})), "spec.data.maxExamples"),
+    ("data without rewards", manifest({"data": {"source": "d.jsonl"}}), "spec.rewards"),
+    ("rewards without data", manifest({"rewards": [{"name": "exactMatch"}]}), "spec.rewards"),
+    ("unknown reward", manifest(merge(WORKLOAD, {"rewards": [{"name": "bleu"}]})), "spec.rewards[0].name"),
+    ("custom reward", manifest(merge(WORKLOAD, {"rewards": [{"function": "my.rewards:score"}]})), None),
+    (
+        "custom reward no colon",
+        manifest(merge(WORKLOAD, {"rewards": [{"function": "my.score"}]})),
+        "spec.rewards[0].function",
+    ),
+    (
+        "reward name and function",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "exactMatch", "function": "m:f"}]})),
+        "spec.rewards",
+    ),
+    ("reward with neither", manifest(merge(WORKLOAD, {"rewards": [{"weight": 2.0}]})), "spec.rewards"),
+    (
+        "regex reward",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "regex", "pattern": "<answer>"}]})),
+        None,
+    ),
+    ("regex without pattern", manifest(merge(WORKLOAD, {"rewards": [{"name": "regex"}]})), "spec.rewards"),
+    (
+        "pattern on exactMatch",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "exactMatch", "pattern": "x"}]})),
+        "spec.rewards",
+    ),
+    (
+        "length penalty",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "lengthPenalty", "maxLength": 200}]})),
+        None,
+    ),
+    (
+        "length penalty without max",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "lengthPenalty"}]})),
+        "spec.rewards",
+    ),
+    (
+        "max length on custom",
+        manifest(merge(WORKLOAD, {"rewards": [{"function": "m:f", "maxLength": 3}]})),
+        "spec.rewards",
+    ),
+    (
+        "too many rewards",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "exactMatch"}] * 17})),
+        "spec.rewards",
+    ),
 ]

@@ -47,6 +47,21 @@ def rljob_manifests(draw: st.DrawFn) -> dict[str, Any]:
         draw(_optional("microBatchSize", st.integers(1, 64))),
         draw(_optional("numGenerations", st.integers(2, 16))),
     )
+    reward = st.fixed_dictionaries(
+        {},
+        optional={
+            "name": st.sampled_from(
+                ["mathAnswer", "exactMatch", "regex", "lengthPenalty", "answerCharFraction"]
+            ),
+            "function": st.just("my.rewards:score"),
+            "pattern": st.just("<answer>"),
+            "maxLength": st.integers(1, 512),
+        },
+    )
+    workload = _merge(
+        draw(_optional("data", st.just({"source": "hf://datasets/openai/gsm8k", "config": "main"}))),
+        draw(_optional("rewards", st.lists(reward, max_size=3))),
+    )
     port = draw(st.one_of(st.sampled_from(RESERVED_TPU_PORTS), st.integers(1024, 65535)))
     name = draw(st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,45}[a-z0-9]", fullmatch=True), st.just("a" * 40)))
     return {
@@ -63,5 +78,6 @@ def rljob_manifests(draw: st.DrawFn) -> dict[str, Any]:
             "grpo": grpo,
             "metrics": {"port": port},
             "suspend": draw(st.booleans()),
+            **workload,
         },
     }

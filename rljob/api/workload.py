@@ -1,0 +1,86 @@
+"""What an RLJob trains on: where weights, tokenizer and data live, and how completions are rewarded.
+
+Sources are URIs of three kinds, told apart by their scheme so the trainer knows which client to use:
+
+* a local path (no scheme; relative paths are relative to the trainer's working directory, which is the
+  repository root for ``rljob train`` and the image's home for the trainer image, where ``examples/`` lives);
+* ``gs://bucket/path`` (Google Cloud Storage);
+* ``hf://org/repo[@revision]`` for models and ``hf://datasets/[org/]name[@revision]`` for datasets
+  (the Hugging Face Hub).
+
+The patterns below only check the form; whether the thing exists is the trainer's start-up check. They use
+no look-arounds, because the apiserver (RE2) and pydantic (Rust regex) must accept the same expressions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from rljob.api.base import Model
+
+_BUCKET = r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"
+_HUB_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
+_REVISION = r"(@[A-Za-z0-9][A-Za-z0-9._/-]{0,254})?"
+_LOCAL = r"[^:\s][^:]*"  # no scheme: a path never contains ':' here, so 'x://' can only be a scheme
+
+MODEL_SOURCE_PATTERN = rf"^(gs://{_BUCKET}(/\S*)?|hf://{_HUB_NAME}/{_HUB_NAME}{_REVISION}|{_LOCAL})$"
+"""A model checkpoint or tokenizer: local path, gs://bucket[/path] or hf://org/repo[@revision]."""
+DATA_SOURCE_PATTERN = rf"^(gs://{_BUCKET}/\S+|hf://datasets/({_HUB_NAME}/)?{_HUB_NAME}{_REVISION}|{_LOCAL})$"
+"""A dataset: a local JSONL/Parquet file or directory, a gs:// object or prefix, or hf://datasets/<id>."""
+FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+
+ModelSource = Annotated[str, Field(min_length=1, max_length=1024, pattern=MODEL_SOURCE_PATTERN)]
+DataSource = Annotated[str, Field(min_length=1, max_length=1024, pattern=DATA_SOURCE_PATTERN)]
+FieldName = Annotated[str, Field(min_length=1, max_length=128)]
+
+BUILTIN_REWARDS: tuple[str, ...] = (
+    "mathAnswer",
+    "exactMatch",
+    "regex",
+    "lengthPenalty",
+    "answerCharFraction",
+)
+"""Built-in reward names (rljob_trainer.rewards implements them)."""
+
+
+class DataSpec(Model):
+    """The prompts to train on: one dataset split, its prompt and answer columns, and how prompts are framed."""
+
+    source: DataSource
+    """Where the dataset is: hf://datasets/<org>/<name>[@revision] (e.g. hf://datasets/openai/gsm8k), a
+    gs:// object or prefix, or a local path to a JSONL/Parquet file or a directory of them."""
+    config: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """Dataset configuration (subset) on the Hub, e.g. "main" for GSM8K. Unset: the dataset's default."""
+    split: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\[\]:%-]+$")] = "train"
+    """Split to train on (for files: "train" reads them all)."""
+    promptField: FieldName = "prompt"
+    """Column holding the prompt text (GSM8K: question)."""
+    answerField: FieldName = "answer"
+    """Column holding the reference answer, passed to the rewards (GSM8K: answer)."""
+    systemPrompt: Annotated[str, Field(max_length=16384)] | None = None
+    """System prompt put before every prompt (as the system message when chatTemplate is true)."""
+    chatTemplate: bool = False
+    """Format each prompt with the tokenizer's chat template (system + user message, generation prompt)."""
+    maxExamples: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    """Use at most this many examples (taken after shuffling with spec.grpo.seed). Unset: all."""
+
+
+class RewardSpec(Model):
+    """One reward function and its weight; the rewards of a completion are summed."""
+
+    name: Literal[BUILTIN_REWARDS] | None = None  # type: ignore[valid-type]
+    """A built-in reward: mathAnswer (math-verify equivalence of the answer with the reference; GSM8K's
+    "#### N" answers understood), exactMatch (answer text equals the reference, trimmed), regex (1 if the
+    completion matches pattern), lengthPenalty (-(characters over maxLength)/maxLength, at most -1),
+    answerCharFraction (fraction of the completion's characters equal to the reference; the demo task)."""
+    function: Annotated[str, Field(max_length=256, pattern=FUNCTION_PATTERN)] | None = None
+    """A custom reward as module:function, importable in the trainer image, called like Tunix's reward
+    functions: fn(prompts=[...], completions=[...], **other dataset columns) -> list of floats."""
+    weight: Annotated[float, Field(ge=-1000, le=1000)] = 1.0
+    """Multiplies this reward before the rewards are summed."""
+    pattern: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """regex only: a Python regular expression searched in the completion (DOTALL)."""
+    maxLength: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    """lengthPenalty only: completion length in characters above which the penalty starts."""
