@@ -24,6 +24,11 @@ on the host network) must stay <= 63. 40 leaves a margin for JobSet's own suffix
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """A DNS-1035 label: the name becomes a JobSet, a headless Service and pod hostnames."""
 
+PACKED_ROW_MULTIPLE = 128
+"""A packed row's length must be a multiple of this. TPU splash attention tiles a row into query and key
+blocks that are multiples of 128 (the TPU lane width) and must divide the row; the trainer picks the
+largest of 1024/512/256/128 that divides it."""
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -145,6 +150,14 @@ RULES: tuple[Rule, ...] = (
         "one packed row",
         cel="self.packing.maxSeqTokenPerTpu == 0 || self.packing.maxSeqTokenPerTpu >= self.maxTargetLength",
         check=lambda s: s.packing.maxSeqTokenPerTpu == 0 or s.packing.maxSeqTokenPerTpu >= s.maxTargetLength,
+    ),
+    Rule(
+        scope=("spec", "packing"),
+        field="maxSeqTokenPerTpu",
+        message=f"must be a multiple of {PACKED_ROW_MULTIPLE} (0 = unpacked): TPU splash attention cuts a "
+        "packed row into blocks of a multiple of 128 tokens that must divide it",
+        cel=f"self.maxSeqTokenPerTpu % {PACKED_ROW_MULTIPLE} == 0",
+        check=lambda p: p.maxSeqTokenPerTpu % PACKED_ROW_MULTIPLE == 0,
     ),
     Rule(
         scope=("spec",),

@@ -65,7 +65,8 @@ class PackingSpec(Model):
 
     maxSeqTokenPerTpu: Annotated[int, Field(ge=0, le=1_048_576)] = 0
     """Tokens per packed row. 0 = unpacked (the default). When set, it must hold a whole
-    prompt+completion, i.e. be >= maxTargetLength."""
+    prompt+completion, i.e. be >= maxTargetLength, and be a multiple of 128 (TPU splash attention blocks
+    divide the row)."""
 
 
 class RolloutSpec(Model):

@@ -58,6 +58,17 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("unpacked", manifest({"packing": {"maxSeqTokenPerTpu": 0}}), None),
     ("row holds a whole sequence", manifest({"packing": {"maxSeqTokenPerTpu": 256}}), None),
     ("row too short", manifest({"packing": {"maxSeqTokenPerTpu": 255}}), "spec.packing.maxSeqTokenPerTpu"),
+    ("row a multiple of 128", manifest({"packing": {"maxSeqTokenPerTpu": 384}}), None),
+    (
+        "row not a multiple of 128",
+        manifest({"packing": {"maxSeqTokenPerTpu": 320}}),
+        "spec.packing.maxSeqTokenPerTpu",
+    ),
+    (
+        "row long but unaligned",
+        manifest({"packing": {"maxSeqTokenPerTpu": 1_048_575}}),
+        "spec.packing.maxSeqTokenPerTpu",
+    ),
     ("block size with vllm", manifest({"rollout": {"engine": "vllm", "vllmBlockSize": 32}}), None),
     ("block size with vanilla", manifest({"rollout": {"vllmBlockSize": 32}}), "spec.rollout.vllmBlockSize"),
     (

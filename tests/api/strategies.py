@@ -29,7 +29,16 @@ def rljob_manifests(draw: st.DrawFn) -> dict[str, Any]:
     """A manifest with values drawn around each rule's boundary (most valid, many not)."""
     target = draw(st.integers(2, 4096))
     prompt = draw(st.one_of(st.integers(1, target + 1), st.just(target - 1)))
-    packing = draw(st.one_of(st.just(0), st.integers(max(0, target - 2), target + 2), st.integers(0, 8192)))
+    aligned = st.integers(target // 128, target // 128 + 2).map(lambda k: 128 * k)  # multiples of 128 +-1
+    packing = draw(
+        st.one_of(
+            st.just(0),
+            st.integers(max(0, target - 2), target + 2),
+            st.integers(0, 8192),
+            aligned,
+            aligned.map(lambda n: n + 1),
+        )
+    )
     batch = draw(st.integers(1, 64))
     tpu_spec = _merge(
         {

@@ -227,6 +227,7 @@ def valid_rljobs(draw: st.DrawFn) -> dict[str, Any]:
     """A valid RLJob on any real TPU shape (so edits start from the accepted side of every bound)."""
     accelerator, topology = draw(st.sampled_from(_SHAPES))
     target = draw(st.integers(2, 1_048_576))
+    row = -(-target // 128) * 128  # packed rows are multiples of 128 (splash blocks)
     batch = draw(st.integers(1, 64))
     mini = draw(st.sampled_from([d for d in range(1, batch + 1) if batch % d == 0]))
     obj = manifest(
@@ -234,7 +235,7 @@ def valid_rljobs(draw: st.DrawFn) -> dict[str, Any]:
             "tpu": {"accelerator": accelerator, "topology": topology},
             "maxTargetLength": target,
             "maxPrefillPredictLength": draw(st.integers(1, target - 1)),
-            "packing": {"maxSeqTokenPerTpu": draw(st.sampled_from([0, target, min(target * 2, 1_048_576)]))},
+            "packing": {"maxSeqTokenPerTpu": draw(st.sampled_from([0, row, min(row * 2, 1_048_576)]))},
             "grpo": {"batchSize": batch, "miniBatchSize": mini},
             "suspend": draw(st.booleans()),
         },

@@ -92,6 +92,11 @@ def test_packed_spec_uses_the_packing_learner(
     cls, extra = bridge.learner_class(spec(packing={"maxSeqTokenPerTpu": 256}))
     assert cls is fake.PackedGRPOLearner
     assert extra == {"row_tokens": 256, "row_multiple": 1}
+    # On a TPU backend qwen3/qwen2 use Tunix's splash attention (segment ids); llama3 has no splash path.
+    _, extra = bridge.learner_class(spec(packing={"maxSeqTokenPerTpu": 256}), 4, backend="tpu")
+    assert extra == {"row_tokens": 256, "row_multiple": 4, "attention": "splash"}
+    llama = spec(packing={"maxSeqTokenPerTpu": 256}, model={"family": "llama3", "size": "tiny"})
+    assert "attention" not in bridge.learner_class(llama, backend="tpu")[1]
 
 
 def test_packed_spec_without_packing_learner_trains_unpacked(

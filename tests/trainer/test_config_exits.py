@@ -77,6 +77,10 @@ BAD = {
     "tiny with checkpoint": ({"model.checkpointPath": "/x"}, "spec.model.checkpointPath"),
     "tiny with tokenizer": ({"model.tokenizerPath": "/x"}, "spec.model.tokenizerPath"),
     "row too short": ({"packing.maxSeqTokenPerTpu": 32}, "spec.packing.maxSeqTokenPerTpu"),
+    "row not a multiple of 128": (
+        {"packing.maxSeqTokenPerTpu": 320},
+        "spec.packing.maxSeqTokenPerTpu: must be a multiple of 128",
+    ),
     "prompt window too short": ({"maxPrefillPredictLength": 4}, "spec.maxPrefillPredictLength"),
     "vllm with tiny": ({"rollout.engine": "vllm"}, "spec.rollout.engine: vllm needs a real model size"),
     "block size without vllm": ({"rollout.vllmBlockSize": 16}, "spec.rollout.vllmBlockSize"),

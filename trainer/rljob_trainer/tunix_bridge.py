@@ -138,12 +138,17 @@ def grpo_config(spec: RLJobSpec) -> grpo_learner.GRPOConfig:
     )
 
 
-def learner_class(spec: RLJobSpec, data_parallel: int = 1) -> tuple[type, dict[str, Any]]:
+def learner_class(
+    spec: RLJobSpec, data_parallel: int = 1, backend: str = "cpu"
+) -> tuple[type, dict[str, Any]]:
     """THE place that picks the learner: plain Tunix GRPO, or the packing package's packed learner.
 
     Returns the class and the extra constructor kwargs it needs (rows per micro-batch are rounded to a
-    multiple of the data-parallel width so they shard evenly). Packing only changes speed, never the
-    updates, so if the packing package is missing from a build a packed spec runs unpacked (warning).
+    multiple of the data-parallel width so they shard evenly). On a TPU backend packed qwen3/qwen2 run
+    Tunix's splash attention with segment ids (``attention="splash"``; the row is a multiple of 128 by
+    the API rule, so a splash block divides it); elsewhere the packing package picks (block-sparse).
+    Packing only changes speed, never the updates, so if the packing package is missing from a build a
+    packed spec runs unpacked (warning).
     """
     if spec.packing.maxSeqTokenPerTpu > 0:
         try:
@@ -153,7 +158,13 @@ def learner_class(spec: RLJobSpec, data_parallel: int = 1) -> tuple[type, dict[s
         except (ImportError, AttributeError):
             packed = None
         if packed is not None:
-            return packed, {"row_tokens": spec.packing.maxSeqTokenPerTpu, "row_multiple": data_parallel}
+            extra: dict[str, Any] = {
+                "row_tokens": spec.packing.maxSeqTokenPerTpu,
+                "row_multiple": data_parallel,
+            }
+            if backend == "tpu" and spec.model.family in ("qwen3", "qwen2"):  # adapter.SPLASH_FAMILIES
+                extra["attention"] = "splash"
+            return packed, extra
         log.warning(
             "rljob_trainer.packing is not available in this build: training unpacked "
             "(same updates, no packing speed-up)"
@@ -270,7 +281,7 @@ def build(spec: RLJobSpec, reward_fns: list, recorder: StepRecorder, start_step:
         tokenizer=tokenizer,
         cluster_config=cluster_config(spec, mesh, tokenizer),
     )
-    base, extra = learner_class(spec, data_parallel=mesh.shape["fsdp"])
+    base, extra = learner_class(spec, data_parallel=mesh.shape["fsdp"], backend=jax.default_backend())
     recorder.packed = base is not grpo_learner.GRPOLearner
     learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})
     learner = learner_cls(rl_cluster=cluster, algo_config=grpo_config(spec), reward_fns=reward_fns, **extra)

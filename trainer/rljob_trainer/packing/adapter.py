@@ -3,9 +3,12 @@
 Tunix 0.1.7's non-flash attention (CPU/GPU) never reads ``segment_ids`` and builds no causal mask, so a
 packed row handed to ``model(...)`` attends across sequences. The adapter picks, per backend:
 
-* ``splash`` (TPU, ``config.use_flash_attention``): the model's own call with ``segment_ids``; Tunix's
-  qwen3/qwen2 flash path runs splash attention with a causal mask and segment ids, which is exact and
-  already skips blocks where segments do not meet.
+* ``splash`` (TPU, qwen3 / qwen2): the model's own call with ``segment_ids`` and, for that call only,
+  ``config.use_flash_attention`` on and ``config.flash_attention_block_size`` set to a block dividing the
+  row (``splash_block``). Tunix's flash path runs Pallas splash attention with a causal mask and segment
+  ids: exact, and it skips blocks where segments do not meet. Why only for the packed call: the same
+  model object is the vanilla sampler's, whose prefill passes a padding mask the flash path ignores
+  (left-padded prompts would attend to padding) and whose prompt length the block would have to divide.
 * ``blocked`` (CPU/GPU, qwen3 / qwen2 / llama3): a forward pass that reuses the model's own modules
   (embedder, norms, projections, rope, MLP, head) layer by layer and swaps only the attention core for
   ``attention.blocked_attention`` (block-sparse, cost follows the segments).
@@ -18,8 +21,9 @@ tests compare them against Tunix's own unpacked forward to 1e-5.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import jax
@@ -31,6 +35,32 @@ Attention = Literal["auto", "splash", "blocked", "dense"]
 BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
 DENSE_FAMILIES = ("qwen3", "qwen2", "llama3", "gemma3")
 SPLASH_FAMILIES = ("qwen3", "qwen2")
+SPLASH_BLOCKS = (1024, 512, 256, 128)  # Tunix's default first; splash needs multiples of 128
+
+
+def splash_block(row_len: int) -> int:
+    """Largest splash block (query and key) dividing a packed row; rows are multiples of 128 (API rule)."""
+    for block in SPLASH_BLOCKS:
+        if row_len % block == 0:
+            return block
+    raise ValueError(
+        f"spec.packing.maxSeqTokenPerTpu={row_len} must be a multiple of 128 for splash attention"
+    )
+
+
+@contextlib.contextmanager
+def flash_attention(model: Any, block: int) -> Iterator[None]:
+    """Tunix's flash (splash) path on for calls inside (read when a jitted call traces), then restored.
+
+    Every layer holds the model's one config object, so setting it on ``model.config`` reaches them all.
+    """
+    cfg = model.config
+    saved = (cfg.use_flash_attention, cfg.flash_attention_block_size)
+    cfg.use_flash_attention, cfg.flash_attention_block_size = True, block
+    try:
+        yield
+    finally:
+        cfg.use_flash_attention, cfg.flash_attention_block_size = saved
 
 
 def family_of(model: Any) -> str:
@@ -52,8 +82,6 @@ def resolve_attention(model: Any, attention: Attention = "auto") -> str:
     supported = {"splash": SPLASH_FAMILIES, "blocked": BLOCKED_FAMILIES, "dense": DENSE_FAMILIES}[attention]
     if family not in supported:
         raise ValueError(f"packed attention {attention!r} does not support model family {family!r}")
-    if attention == "splash" and not flash:
-        raise ValueError("splash attention needs the model's config.use_flash_attention (TPU)")
     if attention != "splash" and flash:
         # The flash path ignores attention_mask; only segment ids keep it exact.
         raise ValueError(f"model uses flash attention; packed attention must be 'splash', not {attention!r}")
@@ -72,9 +100,10 @@ def packed_logits(
 ) -> jax.Array:
     """Float32 logits ``[R, L, V]`` of packed rows; every token sees only its own sequence's past."""
     if attention == "splash":
-        logits, _ = model(
-            tokens, positions=positions, cache=None, attention_mask=None, segment_ids=segment_ids
-        )
+        with flash_attention(model, block):
+            logits, _ = model(
+                tokens, positions=positions, cache=None, attention_mask=None, segment_ids=segment_ids
+            )
     elif attention == "dense":
         kwargs: dict[str, Any] = {}
         if "segment_ids" in inspect.signature(model.__call__).parameters:

@@ -23,7 +23,7 @@ import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 
-from rljob_trainer.packing.adapter import resolve_attention
+from rljob_trainer.packing.adapter import resolve_attention, splash_block
 from rljob_trainer.packing.example import PackedTrainExample, pack_train_example
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
 from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError, ShapeCache
@@ -88,7 +88,8 @@ class PackedGRPOLearner(GRPOLearner):
     Args beyond ``GRPOLearner``'s:
       row_tokens: tokens per packed row (``spec.packing.maxSeqTokenPerTpu``).
       attention: ``auto`` (splash on TPU flash models, block-sparse for qwen3/qwen2/llama3, else a dense
-        segment mask), or one of ``splash`` / ``blocked`` / ``dense``.
+        segment mask), or one of ``splash`` / ``blocked`` / ``dense``. The trainer passes ``splash`` on a
+        TPU backend (qwen3/qwen2): Tunix's splash kernel with segment ids, block = ``splash_block(row)``.
       attention_block: preferred block size of the block-sparse attention.
       row_multiple: rows per micro-batch are a multiple of this (the data-parallel width).
     """
@@ -127,7 +128,9 @@ class PackedGRPOLearner(GRPOLearner):
         self.row_multiple = row_multiple
         self.attention = resolve_attention(rl_cluster.actor_trainer.model, attention)  # type: ignore[arg-type]
         self.attention_block = 0
-        if self.attention == "blocked":
+        if self.attention == "splash":
+            self.attention_block = splash_block(row_tokens)
+        elif self.attention == "blocked":
             try:
                 self.attention_block = pick_attention_block(row_tokens, attention_block)
             except ValueError:

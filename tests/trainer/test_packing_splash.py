@@ -1,0 +1,97 @@
+"""The TPU path off TPU: Tunix's own splash attention (Pallas, interpret mode on CPU) on packed rows.
+
+The trainer runs packed qwen3/qwen2 through ``adapter.packed_logits(attention="splash")`` on a TPU: the
+model's flash path, switched on for that call with a block dividing the row. Here the very same Pallas
+kernel runs in interpret mode (``make_splash_mha(interpret=True)``), so its numerics are checked on CPU:
+packed per-token log-probs, the GRPO loss and its gradients equal Tunix's unpacked ones within 1e-5.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel
+from rljob_trainer.packing.adapter import resolve_attention, splash_block
+from rljob_trainer.packing.example import pack_train_example
+from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
+from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
+from tunix.rl import common
+from tunix.rl.algo_core import grpo_loss_fn
+
+ROW, MAX_P, MAX_C, TEMP = 256, 4, 124, 0.9
+# Rows of 256 with splash blocks of 128: segments straddle the block boundary, and a row holds several.
+PROMPTS = [4, 2, 3, 1, 4, 2, 1]
+COMPLETIONS = [124, 50, 90, 1, 30, 61, 7]
+
+
+@pytest.fixture(autouse=True)
+def interpret_splash(monkeypatch):
+    """Run the TPU Pallas kernel in interpret mode, inside a mesh (Tunix's flash path shard_maps)."""
+    make = splash_attention_kernel.make_splash_mha
+    monkeypatch.setattr(splash_attention_kernel, "make_splash_mha", functools.partial(make, interpret=True))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"))
+    with mesh:
+        yield
+
+
+def example(seed=0, prompts=PROMPTS, completions=COMPLETIONS):
+    return random_train_example(prompts, completions, max_prompt=MAX_P, max_completion=MAX_C, seed=seed)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen2"])
+def test_splash_logps_equal_unpacked(family):
+    model = tiny_model(family, seed=3)
+    ex = example()
+    packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID)
+    assert plan.rows_used < len(PROMPTS) and splash_block(ROW) == 256
+    graphdef, state = nnx.split(model)
+    want = np.asarray(
+        common.compute_per_token_logps(
+            graphdef, state, ex.prompt_ids, ex.completion_ids, PAD_ID, EOS_ID, temperature=TEMP
+        )
+    )
+    mask = np.asarray(ex.completion_mask)
+    for block in (128, 256):  # 128: segments and causality across blocks
+        logps = jax.jit(
+            lambda m, p, b=block: packed_per_token_logps(m, p, temperature=TEMP, attention="splash", block=b)[
+                0
+            ]
+        )
+        got = np.asarray(logps(model, packed))
+        assert np.abs(np.where(mask, got - want, 0.0)).max() < 1e-5, block
+    assert not model.config.use_flash_attention  # switched on only while the packed call traced
+
+
+@pytest.mark.slow  # ~1-3 min: interpret-mode Pallas backward kernels
+def test_splash_grpo_loss_and_grads_equal_unpacked():
+    model = tiny_model("qwen3", seed=1)
+    cfg = grpo_config()
+    # One row, three segments across both blocks (interpret-mode VJP kernels are slow on CPU).
+    ex = example(seed=2, prompts=[4, 3, 1], completions=[124, 90, 7])
+    packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID)
+    assert plan.rows_used == 1
+    packed_fn = make_packed_grpo_loss_fn(attention="splash", block=128)
+
+    def loss_and_grads(fn):
+        (loss, _), grads = nnx.value_and_grad(fn, has_aux=True)(model)
+        return float(loss), jax.tree.leaves(nnx.state(grads, nnx.Param))
+
+    want_loss, want_g = loss_and_grads(lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID))
+    got_loss, got_g = loss_and_grads(lambda m: packed_fn(m, packed, cfg))
+    assert abs(got_loss - want_loss) < 1e-5
+    assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4
+    for g, w in zip(got_g, want_g, strict=True):
+        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+
+
+def test_splash_block_divides_the_row_and_families():
+    assert [splash_block(n) for n in (128, 384, 512, 1536, 8192)] == [128, 128, 512, 512, 1024]
+    with pytest.raises(ValueError, match=r"maxSeqTokenPerTpu=200 must be a multiple of 128"):
+        splash_block(200)
+    assert resolve_attention(tiny_model("qwen2"), "splash") == "splash"
+    with pytest.raises(ValueError, match="does not support model family 'llama3'"):
+        resolve_attention(tiny_model("llama3"), "splash")
