@@ -47,6 +47,7 @@ COPY README.md ./
 COPY rljob/ rljob/
 COPY operator/ operator/
 COPY trainer/ trainer/
+COPY cli/ cli/
 RUN hack/install.sh project \
     && rm -rf /src \
     && mkdir -p /home/rljob/.cache/jax \
@@ -67,6 +68,7 @@ COPY README.md ./
 COPY rljob/ rljob/
 COPY operator/ operator/
 COPY trainer/ trainer/
+COPY cli/ cli/
 # The trainer package comes along (setuptools packages all three) but its JAX dependencies do not; the
 # operator never imports it.
 RUN hack/install.sh project \

@@ -9,6 +9,7 @@ collector has not removed yet).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import kopf
@@ -24,7 +25,8 @@ def load_config() -> None:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # $KUBECONFIG read now: the client's default is read once, when the client is imported
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
 class Kube:

@@ -11,9 +11,11 @@ import contextlib
 import json
 import logging
 import os
+import sys
 
 import kopf
 
+from rljob_operator import preflight
 from rljob_operator.pod import RenderOptions
 from rljob_operator.settings import OperatorOptions
 
@@ -77,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="hot standby: lower peering priority, takes over when the active peer is gone",
     )
     mode.add_argument("--standalone", action="store_true", help="no peering at all (a single replica)")
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up (exit 1) when no Kubernetes API answers within this time (default 60)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
@@ -98,6 +107,10 @@ def options_from(args: argparse.Namespace) -> OperatorOptions:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from(args)
+    problem = preflight.cluster_problem(args.connect_timeout)
+    if problem:
+        print(f"rljob operator: {problem}", file=sys.stderr)
+        return 1
     kopf.configure(verbose=args.verbose, debug=args.verbose)
     import rljob_operator.handlers  # noqa: F401  (registers the handlers with kopf's default registry)
 

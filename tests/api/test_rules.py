@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from rljob_cli.main import main as cli_main
 
 from rljob.api import RLJobError, parse_rljob
 from rljob.api.rules import RULES, immutable_violations
-from rljob.cli import main as cli_main
 from tests.api.cases import RULE_CASES, manifest
 
 

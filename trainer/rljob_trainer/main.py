@@ -16,8 +16,10 @@ All configuration checks run before JAX or Tunix is imported, so a bad config fa
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
+import socket
 import sys
 import time
 import traceback
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
 from rljob_trainer import models, rollout, sigterm
+from rljob_trainer.options import add_train_options
 from rljob_trainer.progress import ConsoleProgress, StepCallback, StepRecorder, summary
 from rljob_trainer.task import EmitTask
 
@@ -44,19 +47,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="rljob_trainer", description="GRPO post-training from an RLJob manifest."
     )
-    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"RLJob YAML (default {DEFAULT_CONFIG})")
-    p.add_argument("--max-steps", type=int, help="override spec.grpo.maxSteps")
-    p.add_argument("--seed", type=int, help="override spec.grpo.seed")
-    p.add_argument("--no-packing", action="store_true", help="override spec.packing.maxSeqTokenPerTpu to 0")
-    p.add_argument("--metrics-port", type=int, help="override spec.metrics.port")
     p.add_argument(
-        "--workdir",
-        help="local directory for run outputs (checkpoints when spec.checkpoint "
-        "has no directory); default: none",
+        "--config",
+        default=DEFAULT_CONFIG,
+        metavar="FILE",
+        help=f"RLJob manifest, or - for stdin (default {DEFAULT_CONFIG})",
     )
-    p.add_argument("--log-every", type=int, default=1, help="print progress every N steps (default 1)")
-    p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    add_train_options(p)
     return p.parse_args(argv)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (``--metrics-port 0``), for local runs side by side."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
 
 
 def apply_overrides(job: RLJob, args: argparse.Namespace, source: str) -> RLJob:
@@ -70,7 +75,7 @@ def apply_overrides(job: RLJob, args: argparse.Namespace, source: str) -> RLJob:
     if args.no_packing:
         spec.setdefault("packing", {})["maxSeqTokenPerTpu"] = 0
     if args.metrics_port is not None:
-        spec.setdefault("metrics", {})["port"] = args.metrics_port
+        spec.setdefault("metrics", {})["port"] = args.metrics_port or free_port()
     if args.workdir and not spec.get("checkpoint", {}).get("directory"):
         spec.setdefault("checkpoint", {})["directory"] = str(Path(args.workdir) / "checkpoints")
     from rljob.api import parse_rljob
@@ -116,7 +121,19 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
     recorder = StepRecorder(
         max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0, callbacks=callbacks
     )
-    telemetry = metrics.start(job, procs.index, recorder)  # issue 6: /metrics on every host
+    try:
+        telemetry = metrics.start(job, procs.index, recorder)  # issue 6: /metrics on every host
+    except OSError as exc:  # a port in use is the config's problem here: no retry frees it
+        port = job.spec.metrics.port
+        raise RLJobError(
+            [
+                f"spec.metrics.port: cannot serve metrics on port {port}: {exc.strerror or exc} "
+                "(another trainer, or an earlier `make demo`, still running?); choose another with "
+                "--metrics-port PORT, or --metrics-port 0 for a free one"
+            ],
+            job.metadata.name,
+            "cannot be trained on this host",
+        ) from None
     ckpt = checkpoint.for_job(job, recorder, telemetry)  # issue 6: saves every N steps and on SIGTERM
     from rljob_trainer.packing.rows import RowTooShortError
 
@@ -144,14 +161,28 @@ def _configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train as ``args`` say (``parse_args``' options; ``rljob train`` builds the same namespace)."""
     sigterm.install()  # before anything that can block: a SIGTERM while starting exits at once (143)
-    args = parse_args(argv)
     try:
         job = load_rljob(args.config)
         job = apply_overrides(job, args, args.config)
         errors = preflight(job, EmitTask(seed=job.spec.grpo.seed, batch_size=job.spec.grpo.batchSize))
         if errors:  # a valid RLJob (`rljob validate` agrees) that this trainer cannot run as given
             raise RLJobError(errors, args.config, "cannot be trained")
+        missing = [name for name in ("jax", "tunix") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise RLJobError(
+                [
+                    f"{' and '.join(missing)} not installed in this Python environment: "
+                    "pip install 'rljob[trainer]' (CPU; docs/trainer.md lists the TPU set)"
+                ],
+                args.config,
+                "cannot be trained here",
+            )
     except RLJobError as exc:
         print(f"--config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG

@@ -56,8 +56,9 @@ def check_rollout_spec(spec: RLJobSpec) -> list[str]:
         )
     if importlib.util.find_spec("vllm") is None:
         errors.append(
-            "spec.rollout.engine: vllm is not installed in this image (install rljob[tpu]: "
-            "vllm-tpu + tpu-inference); use vanilla or a TPU image"
+            "spec.rollout.engine: vllm is not installed here; use engine vanilla, or a TPU image with "
+            "vllm-tpu==0.25.0 and tpu-inference==0.25.0 (they pin qwix==0.1.2: install with that "
+            "override, see docs/trainer.md, 'The TPU image')"
         )
     return errors
 
