@@ -130,17 +130,20 @@ go_tool() {
   finish "${tmp}" "${dir}"
 }
 
-# --- promtool from Debian's prometheus package --------------------------------
+# --- promtool and prometheus from Debian's prometheus package -------------------
 # `apt-get download` + `dpkg -x` unpacks it into the cache without installing
-# the package (and its service) system-wide.
-install_promtool() {
-  local existing
-  existing="$(promtool_dir 2>/dev/null || true)"
-  if [[ -n "${existing}" ]] && have "${existing}" promtool; then
-    log "promtool: cached (${existing})"
+# the package (and its service) system-wide. promtool runs the alert-rule unit
+# tests; the prometheus server runs the alert e2e tests (loopback only).
+install_prometheus_tools() {
+  local have_promtool="" have_prometheus=""
+  have_promtool="$(promtool_dir 2>/dev/null || true)"
+  have_prometheus="$(prometheus_dir 2>/dev/null || true)"
+  if [[ -n "${have_promtool}" && -n "${have_prometheus}" ]] && have "${have_promtool}" promtool &&
+    have "${have_prometheus}" prometheus; then
+    log "promtool, prometheus: cached (${have_promtool}, ${have_prometheus})"
     return
   fi
-  local work ver deb dir
+  local work ver deb b
   work="$(mktemp -d)"
   # On a fresh machine the apt lists are empty; update once and retry.
   if ! (cd "${work}" && apt-get download "${PROMETHEUS_DEB}" >/dev/null 2>&1); then
@@ -150,12 +153,15 @@ install_promtool() {
   fi
   deb="$(ls "${work}"/*.deb)"
   ver="$(dpkg-deb -f "${deb}" Version)"
-  dir="${RLJOB_BIN_CACHE}/promtool-${ver}"
   dpkg -x "${deb}" "${work}/root"
-  mkdir -p "${dir}.tmp"
-  cp "${work}/root/usr/bin/promtool" "${dir}.tmp/"
+  for b in promtool prometheus; do
+    if ! have "${RLJOB_BIN_CACHE}/${b}-${ver}" "${b}"; then
+      mkdir -p "${RLJOB_BIN_CACHE}/${b}-${ver}.tmp"
+      cp "${work}/root/usr/bin/${b}" "${RLJOB_BIN_CACHE}/${b}-${ver}.tmp/"
+      finish "${RLJOB_BIN_CACHE}/${b}-${ver}.tmp" "${RLJOB_BIN_CACHE}/${b}-${ver}"
+    fi
+  done
   rm -rf "${work}"
-  finish "${dir}.tmp" "${dir}"
 }
 
 # --- JobSet CRD and RBAC: taken from the module cache (not vendored here) ----
@@ -184,7 +190,7 @@ main() {
   go_tool helm "$(helm_dir)" helm.sh/helm/v3 "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
     "-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
   copy_jobset_manifests
-  install_promtool
+  install_prometheus_tools
   log "all binaries ready in $((SECONDS - start))s"
 }
 

@@ -47,6 +47,15 @@ promtool_dir() {
   echo "${d}"
 }
 
+# The prometheus server, from the same Debian package (alert e2e tests).
+prometheus_dir() {
+  local d
+  d="$(find "${RLJOB_BIN_CACHE}" -maxdepth 1 -type d -name 'prometheus-*' ! -name '*.tmp' 2>/dev/null |
+    sort -V | tail -n1)"
+  [[ -n "${d}" ]] || return 1
+  echo "${d}"
+}
+
 # All bin folders, one per line (for PATH).
 bin_dirs() {
   kube_dir
@@ -55,6 +64,7 @@ bin_dirs() {
   kwok_dir
   helm_dir
   promtool_dir || true
+  prometheus_dir || true
 }
 
 # PATH with every cached bin folder in front.

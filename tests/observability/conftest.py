@@ -1,10 +1,11 @@
-"""Shared fixtures for the observability tests: where promtool is, and the repository paths.
+"""Shared fixtures for the observability tests: where promtool and the prometheus server are, and the
+repository paths.
 
-promtool lookup, in order: ``$PROMTOOL``; ``promtool`` on PATH; the cluster tooling's cache
-(``~/.cache/rljob/bin/promtool-<version>/promtool``, filled by ``hack/cluster/build.sh``); else it is
+Lookup, in order (``prometheus`` the same way): ``$PROMTOOL``; ``promtool`` on PATH; the cluster tooling's
+cache (``~/.cache/rljob/bin/promtool-<version>/promtool``, filled by ``hack/cluster/build.sh``); else it is
 fetched the same way the cluster tooling does it (``apt-get download prometheus`` + ``dpkg -x``, no
-system-wide install) into that cache. When none of that works the promtool tests are skipped with the
-reason, never silently passed.
+system-wide install) into that cache. When none of that works the tests are skipped with the reason,
+never silently passed.
 """
 
 from __future__ import annotations
@@ -28,16 +29,18 @@ def _bin_cache() -> Path:
     return Path(cache) / "rljob" / "bin"
 
 
-def _cached_promtool() -> Path | None:
-    dirs = sorted(_bin_cache().glob("promtool-*"), key=lambda p: p.name)
-    for d in reversed([d for d in dirs if not d.name.endswith(".tmp")]):
-        if (d / "promtool").is_file() and os.access(d / "promtool", os.X_OK):
-            return d / "promtool"
+def _cached(binary: str) -> Path | None:
+    """The newest ``<cache>/<binary>-<version>/<binary>`` (as hack/cluster/build.sh leaves them)."""
+    dirs = sorted(_bin_cache().glob(f"{binary}-*"), key=lambda p: p.name)
+    for d in reversed([d for d in dirs if ".tmp" not in d.name]):
+        if (d / binary).is_file() and os.access(d / binary, os.X_OK):
+            return d / binary
     return None
 
 
-def _fetch_promtool() -> Path | None:
-    """``apt-get download prometheus`` + ``dpkg -x`` into the cache; None when apt cannot get it."""
+def _fetch(binary: str) -> Path | None:
+    """``apt-get download prometheus`` + ``dpkg -x`` into the cache (promtool and the prometheus server
+    both come from that package); None when apt cannot get it."""
     if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
         return None
     with tempfile.TemporaryDirectory() as work:
@@ -56,24 +59,30 @@ def _fetch_promtool() -> Path | None:
             ["dpkg-deb", "-f", str(debs[0]), "Version"], capture_output=True, text=True, check=True
         ).stdout.strip()
         subprocess.run(["dpkg-deb", "-x", str(debs[0]), f"{work}/root"], check=True, timeout=300)
-        final = _bin_cache() / f"promtool-{version}"
+        final = _bin_cache() / f"{binary}-{version}"
         tmp = Path(f"{final}.tmp.{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f"{work}/root/usr/bin/promtool", tmp / "promtool")
+        shutil.copy2(f"{work}/root/usr/bin/{binary}", tmp / binary)
         try:
             tmp.rename(final)
         except OSError:  # someone else (the cluster build, another test run) got there first
             shutil.rmtree(tmp, ignore_errors=True)
-    return final / "promtool" if (final / "promtool").is_file() else None
+    return final / binary if (final / binary).is_file() else None
+
+
+def find_binary(binary: str) -> Path | None:
+    """``$PROMTOOL``/``$PROMETHEUS``, else PATH, else the cache, else fetched into the cache."""
+    env = os.environ.get(binary.upper())
+    if env:
+        return Path(env)
+    on_path = shutil.which(binary)
+    if on_path:
+        return Path(on_path)
+    return _cached(binary) or _fetch(binary)
 
 
 def find_promtool() -> Path | None:
-    if os.environ.get("PROMTOOL"):
-        return Path(os.environ["PROMTOOL"])
-    on_path = shutil.which("promtool")
-    if on_path:
-        return Path(on_path)
-    return _cached_promtool() or _fetch_promtool()
+    return find_binary("promtool")
 
 
 @pytest.fixture(scope="session")
@@ -81,4 +90,13 @@ def promtool() -> Path:
     path = find_promtool()
     if path is None:
         pytest.skip("promtool not found: set $PROMTOOL, put it on PATH, or run hack/cluster/build.sh")
+    return path
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> Path:
+    """The Prometheus server binary (same lookup as promtool; ``$PROMETHEUS`` overrides)."""
+    path = find_binary("prometheus")
+    if path is None:
+        pytest.skip("prometheus not found: set $PROMETHEUS, put it on PATH, or run hack/cluster/build.sh")
     return path

@@ -86,7 +86,7 @@ MUTATIONS = {
         "count by (namespace, rljob, process) (rljob:",
     ),
     "regression margin dropped": ("1.25 * max by", "1.0 * max by"),
-    "regression needs no steady steps": (") >= 10", ") >= 0"),
+    "regression needs no steady steps": ('{compiled="false"}) >= 10', '{compiled="false"}) >= 0'),
     "failed means succeeded": ('{phase="Failed"}', '{phase="Succeeded"}'),
     "two restarts are often": (") >= 3", ") >= 2"),
 }

@@ -79,6 +79,17 @@ def test_a_step_that_compiled_is_labelled() -> None:
     assert value(s, "rljob_trainer_compile_seconds_total") == 4.0
 
 
+def test_step_histogram_starts_at_zero_for_both_kinds_of_step() -> None:
+    """Both children exist before any step: a rate over a window whose steps all landed between two
+    scrapes still sees them (the e2e regression alert depends on it)."""
+    s = samples(m.TrainerMetrics(rljob="j"))
+    for compiled in ("true", "false"):
+        assert (
+            "rljob_trainer_step_duration_seconds_count",
+            frozenset({"rljob": "j", "process": "0", "compiled": compiled}.items()),
+        ) in s, compiled
+
+
 def test_no_baseline_no_series() -> None:
     tm = m.TrainerMetrics(rljob="j", baseline_seconds=None)
     assert not runs.series(samples(tm), "rljob_trainer_step_time_baseline_seconds")

@@ -73,6 +73,9 @@ DEFAULT_FIRST_STEP_GRACE_SECONDS = 3600.0
 """spec.metrics.firstStepGraceSeconds's default."""
 LINGER_ENV = "RLJOB_METRICS_LINGER_SECONDS"
 """Seconds to keep serving /metrics after training ends (default 0), so the last scrape sees the end."""
+ADDR_ENV = "RLJOB_METRICS_ADDR"
+"""Address /metrics binds to (default 0.0.0.0: every interface, as a pod's scrape needs; tests use
+127.0.0.1)."""
 
 
 def versions() -> dict[str, str]:
@@ -218,6 +221,8 @@ class TrainerMetrics:
         lb = self._labels
         self.build_info.labels(**lb, **versions()).set(1)
         self.steps.labels(**lb)
+        for compiled in ("true", "false"):  # from 0, so a rate sees steps that land between two scrapes
+            self.step_duration.labels(**lb, compiled=compiled)
         self.global_step.labels(**lb).set(0)
         self.max_steps.labels(**lb).set(max_steps)
         self.last_step.labels(**lb).set(time.time())
@@ -327,11 +332,12 @@ class MetricsServer:
 _servers: list[tuple[MetricsServer, TrainerMetrics]] = []
 
 
-def start(job: Any, process_index: int, recorder: Any, addr: str = "0.0.0.0") -> TrainerMetrics:
+def start(job: Any, process_index: int, recorder: Any, addr: str | None = None) -> TrainerMetrics:
     """Metrics for ``job`` (an RLJob) on this process: served on ``spec.metrics.port`` right away (so a
     long first compile is already visible), fed by ``recorder``'s step reports and by JAX's compile events.
     """
     spec = job.spec
+    addr = addr or os.environ.get(ADDR_ENV) or "0.0.0.0"
     metrics = TrainerMetrics(
         rljob=job.metadata.name,
         process=process_index,
