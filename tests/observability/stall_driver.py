@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from rljob.api import load_rljob
 from rljob_trainer.main import train
 from rljob_trainer.progress import ConsoleProgress, StepReport
+
+from rljob.api import load_rljob
 
 HOLD_LIMIT_SECONDS = 600
 
