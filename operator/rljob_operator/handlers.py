@@ -5,17 +5,21 @@ Run with ``rljob operator``, ``python -m rljob_operator`` or ``kopf run -m rljob
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import kopf
 
 from rljob.api.spec import GROUP, PLURAL, VERSION
-from rljob_operator import names, reconcile
+from rljob_operator import names, progress_refresh, reconcile
 from rljob_operator.kube import Kube, error_kind, load_config
 from rljob_operator.metrics import OperatorMetrics, serve
 from rljob_operator.settings import OperatorOptions, apply_settings
 
 RLJOB = (GROUP, VERSION, PLURAL)
+PROGRESS_INTERVAL_ENV = "RLJOB_PROGRESS_INTERVAL_SECONDS"
+PROGRESS_INTERVAL = float(os.environ.get(PROGRESS_INTERVAL_ENV) or 30)
+"""Seconds between reads of a Running RLJob's trainer host 0 (``status.progress``); 0 turns them off."""
 JOBSET = (names.JOBSET_GROUP, names.JOBSET_VERSION, names.JOBSET_PLURAL)
 
 
@@ -71,3 +75,16 @@ def rljob_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
 def probe(memo: kopf.Memo, **_: Any) -> int:
     """Liveness detail: RLJobs this operator knows about."""
     return memo.metrics.tracked()
+
+
+def _running(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") == "Running"
+
+
+if PROGRESS_INTERVAL > 0:
+
+    @kopf.timer(*RLJOB, interval=PROGRESS_INTERVAL, initial_delay=PROGRESS_INTERVAL, when=_running)
+    async def progress(body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+        """Running RLJobs only: ``status.progress`` and the Stalled condition from trainer host 0."""
+        with memo.metrics.reconcile("progress", error_kind):
+            logger.debug("progress: %s", await progress_refresh.refresh(memo.kube, body))

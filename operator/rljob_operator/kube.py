@@ -112,6 +112,32 @@ class Kube:
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name, body)
 
+    # --- progress --------------------------------------------------------------------------------------
+
+    def host0_address(self, ns: str, rljob: str) -> str | None:
+        """IP of trainer host 0 (slice 0, completion index 0) of ``rljob``: its running pod's IP, which for
+        host-network pods is the node's. Of several (a restart's new pod beside an old terminating one),
+        the newest restart attempt. None when no such pod runs."""
+        selector = ",".join(
+            (f"{names.LABEL_NAME}={rljob}", f"{names.JOB_INDEX_LABEL}=0", f"{names.COMPLETION_INDEX_LABEL}=0")
+        )
+        pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
+        running = [
+            p
+            for p in pods
+            if p.status
+            and p.status.phase == "Running"
+            and p.status.pod_ip
+            and not p.metadata.deletion_timestamp
+        ]
+        if not running:
+            return None
+
+        def attempt(p: Any) -> int:
+            return int((p.metadata.labels or {}).get(names.RESTART_ATTEMPT_LABEL, "0") or 0)
+
+        return max(running, key=attempt).status.pod_ip
+
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
     """UID of the object's controller owner, if any."""

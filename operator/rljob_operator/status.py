@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from rljob.api.spec import TERMINAL_PHASES, RLJob
+from rljob_operator import progress
 from rljob_operator.conditions import Condition, clear_condition, set_condition, timestamp
 from rljob_operator.slices import slice_shape
 
@@ -141,6 +142,8 @@ def _conditions_for(
         conds = set_condition(conds, SUCCEEDED, True, obs.reason, obs.message, **kw)
     if obs.phase == "Failed":
         conds = set_condition(conds, FAILED, True, obs.reason, obs.message, **kw)
+    if obs.phase != "Running":  # the progress timer sets it while Running; it means nothing otherwise
+        conds = clear_condition(conds, progress.STALLED, obs.reason, obs.message, **kw)
     return conds
 
 
@@ -215,6 +218,7 @@ def compute_status(
             _true_condition(jobset, "Completed" if obs.phase == "Succeeded" else "Failed") if jobset else None
         )
         new["completionTime"] = (cond or {}).get("lastTransitionTime") or timestamp(now)
+        new = progress.finished(new)
     new.setdefault("restarts", 0)
     return StatusUpdate(
         status=new, events=_events(old, new, obs, jobset, job.spec.maxRestarts), changed=new != old

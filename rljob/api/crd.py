@@ -21,6 +21,15 @@ CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
+    {"name": "Reward", "type": "number", "jsonPath": ".status.progress.rewardMean"},
+    {
+        "name": "Step-Time",
+        "type": "number",
+        "jsonPath": ".status.progress.meanStepSeconds",
+        "description": "Mean seconds per steady step (trainer host 0)",
+    },
+    {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta"},
     {"name": "Accelerator", "type": "string", "jsonPath": ".spec.tpu.accelerator"},
     {"name": "Topology", "type": "string", "jsonPath": ".spec.tpu.topology"},
     {"name": "Slices", "type": "integer", "jsonPath": ".spec.tpu.slices"},
@@ -32,6 +41,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
     {"name": "JobSet", "type": "string", "jsonPath": ".status.jobSetName", "priority": 1},
+    {"name": "Max-Steps", "type": "integer", "jsonPath": ".status.progress.maxSteps", "priority": 1},
+    {"name": "Last-Step", "type": "date", "jsonPath": ".status.progress.lastStepTime", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rljob.api.base import Model, PathStr
+from rljob.api.progress import Progress
 from rljob.api.rules import violations
 from rljob.api.tpu import ACCELERATORS
 from rljob.api.workload import DataSpec, ModelSource, RewardSpec
@@ -199,7 +200,8 @@ class RLJobStatus(Model):
     phase: Phase | None = None
     """Pending, Running, Restarting, Suspended, Succeeded or Failed. Succeeded and Failed are final."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Standard conditions: Created, Running, Suspended, Restarting, Succeeded, Failed."""
+    """Standard conditions: Created, Running, Suspended, Restarting, Succeeded, Failed, and Stalled (no step
+    on trainer host 0 within its stall threshold, or its first-step grace before the first step)."""
     jobSetName: str | None = None
     """Name of the JobSet that runs this RLJob."""
     restarts: int = 0
@@ -210,6 +212,8 @@ class RLJobStatus(Model):
     """When the JobSet was created."""
     completionTime: datetime | None = None
     """When the job reached Succeeded or Failed."""
+    progress: Progress | None = None
+    """Training progress read from trainer host 0 while Running (step, reward, step time, ETA)."""
 
 
 class ObjectMeta(BaseModel):

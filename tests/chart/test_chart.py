@@ -202,15 +202,17 @@ def test_trainer_security_context_is_passed_to_the_operator() -> None:
 # --- RBAC ---------------------------------------------------------------------------------------------
 
 
-def test_rbac_has_nothing_on_secrets_and_no_pods() -> None:
+def test_rbac_has_nothing_on_secrets_and_pods_only_listed() -> None:
     for sets in ([], ["operator.watchNamespaces={team-a}"]):
         for rule in rules_of(template(*sets)):
             assert WILDCARD not in rule.get("apiGroups", []), rule
             assert WILDCARD not in rule.get("resources", []), rule
             assert WILDCARD not in rule.get("verbs", []), rule
             assert "secrets" not in rule.get("resources", []), rule
-            # the Job controller creates the pods; the operator never touches them
-            assert not {"pods", "pods/exec", "pods/log"} & set(rule.get("resources", [])), rule
+            # the Job controller creates the pods; the operator only lists them (trainer host 0's IP)
+            assert not {"pods/exec", "pods/log", "pods/attach"} & set(rule.get("resources", [])), rule
+            if "pods" in rule.get("resources", []):
+                assert rule["resources"] == ["pods"] and rule["verbs"] == ["list"], rule
             assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(
                 rule["verbs"]
             ), rule
@@ -229,6 +231,7 @@ def test_rbac_grants_what_the_operator_and_kopf_call() -> None:
         ("", "configmaps", "create"),
         ("", "configmaps", "get"),
         ("", "events", "create"),
+        ("", "pods", "list"),
         ("kopf.dev", "clusterkopfpeerings", "patch"),
         ("kopf.dev", "clusterkopfpeerings", "watch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
