@@ -53,7 +53,11 @@ def test_crd_shape() -> None:
     assert obj["spec"]["names"]["shortNames"] == ["rlj"]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns[:5] == ["Phase", "Accelerator", "Topology", "Slices", "Packing"] and columns[-1] == "Age"
+    assert columns[:9] == [
+        "Phase", "Step", "Reward", "Step-Time", "ETA", "Accelerator", "Topology", "Slices", "Packing"
+    ] and columns[-1] == "Age"  # fmt: skip
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
+    assert wide == ["Restarts", "JobSet", "Max-Steps", "Last-Step"]
     spec_rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
     assert any(r["rule"] == "self.tpu == oldSelf.tpu" for r in spec_rules)
     assert not any("suspend" in r["rule"] for r in spec_rules)
