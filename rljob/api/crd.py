@@ -65,6 +65,7 @@ _KEEP = {
     "additionalProperties",
     "maxProperties",
     "maxItems",
+    "minItems",
 }
 
 

@@ -7,6 +7,7 @@ cluster, so it runs on every change to the model.
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from typing import Any
 
@@ -66,4 +67,55 @@ def cel_failures(obj: dict[str, Any], old: dict[str, Any] | None = None) -> list
                 walk(sub, value[name], child_old)
 
     walk(schema, new, prev)
+    return failures
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def schema_failures(obj: dict[str, Any]) -> set[str]:
+    """Field paths where the CRD's structural schema rejects ``obj`` before any CEL rule runs: types,
+    enums, bounds, patterns, lengths, required and unknown fields (the apiserver's OpenAPI checks)."""
+    failures: set[str] = set()
+
+    def walk(node: dict[str, Any], value: Any, path: str) -> None:
+        want = _TYPES.get(node.get("type", ""))
+        if want and (not isinstance(value, want) or (isinstance(value, bool) and bool not in want)):
+            failures.add(path)
+            return
+        checks = [
+            "enum" in node and value not in node["enum"],
+            "minimum" in node and value < node["minimum"],
+            "maximum" in node and value > node["maximum"],
+            node.get("exclusiveMinimum") is True and value <= node["minimum"],
+            node.get("exclusiveMaximum") is True and value >= node["maximum"],
+            "pattern" in node and re.search(node["pattern"], value) is None,
+            "minLength" in node and len(value) < node["minLength"],
+            "maxLength" in node and len(value) > node["maxLength"],
+            "maxItems" in node and len(value) > node["maxItems"],
+            "minItems" in node and len(value) < node["minItems"],
+        ]
+        if any(checks):
+            failures.add(path)
+        if isinstance(value, dict):
+            props = node.get("properties", {})
+            failures.update(f"{path}.{k}".lstrip(".") for k in node.get("required", []) if k not in value)
+            open_map = "additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields")
+            for key, child in value.items():
+                if key in props:
+                    walk(props[key], child, f"{path}.{key}".lstrip("."))
+                elif not open_map and path:  # the root's apiVersion/kind/metadata are the apiserver's
+                    failures.add(f"{path}.{key}")
+        if isinstance(value, list) and "items" in node:
+            for i, item in enumerate(value):
+                walk(node["items"], item, f"{path}[{i}]")
+
+    walk(openapi_schema(), apply_defaults(openapi_schema(), obj), "")
     return failures

@@ -17,76 +17,85 @@ def _optional(key: str, strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[d
     return st.one_of(st.just({}), strategy.map(lambda v: {key: v}))
 
 
-def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for part in parts:
-        out.update(part)
-    return out
+_REWARDS = [
+    {"name": "mathAnswer"},
+    {"name": "exactMatch", "weight": 0.5},
+    {"name": "regex", "pattern": "<answer>"},
+    {"name": "lengthPenalty", "maxLength": 256},
+    {"name": "answerCharFraction"},
+    {"function": "my.rewards:score"},
+]
+
+# One boundary push each: (what it breaks, how). Applied to a valid manifest about one draw in four, so both
+# sides of every rule are exercised while most manifests stay valid (a strategy mostly rejected by the model
+# would test little beyond the rejection).
+_PUSHES: list[tuple[str, Any]] = [
+    ("prompt = target", lambda s, d: s.update(maxPrefillPredictLength=s["maxTargetLength"])),
+    (
+        "row below target",
+        lambda s, d: s["packing"].update(maxSeqTokenPerTpu=max(1, s["maxTargetLength"] - 1)),
+    ),
+    ("row not a multiple of 128", lambda s, d: s["packing"].update(maxSeqTokenPerTpu=128 * 40 + 1)),
+    ("reserved port", lambda s, d: s["metrics"].update(port=d(st.sampled_from(RESERVED_TPU_PORTS)))),
+    ("privileged port", lambda s, d: s["metrics"].update(port=d(st.integers(1, 1023)))),
+    (
+        "topology of another generation",
+        lambda s, d: s["tpu"].update(topology=d(st.sampled_from(_topologies))),
+    ),
+    ("chips per host", lambda s, d: s["tpu"].update(chipsPerHost=d(st.sampled_from([1, 4, 8])))),
+    ("slices", lambda s, d: s["tpu"].update(slices=d(st.integers(0, 4)))),
+    ("mini batch", lambda s, d: s["grpo"].update(miniBatchSize=d(st.integers(1, 64)))),
+    ("micro batch", lambda s, d: s["grpo"].update(microBatchSize=d(st.integers(1, 64)))),
+    (
+        "block size",
+        lambda s, d: s["rollout"].update(vllmBlockSize=d(st.sampled_from([4, 8, 48, 1024, 2048]))),
+    ),
+    ("one generation", lambda s, d: s["grpo"].update(numGenerations=1)),
+    ("no rewards", lambda s, d: s.update(data={"source": "hf://datasets/openai/gsm8k"}, rewards=[])),
+    ("data alone", lambda s, d: (s.pop("rewards", None), s.update(data={"source": "hf://datasets/x/y"}))),
+    ("name and function", lambda s, d: s.update(rewards=[{"name": "regex", "function": "a:b"}])),
+]
 
 
 @st.composite
 def rljob_manifests(draw: st.DrawFn) -> dict[str, Any]:
-    """A manifest with values drawn around each rule's boundary (most valid, many not)."""
+    """A valid manifest built rule by rule; about one in four has one field pushed past a boundary."""
+    accelerator = draw(st.sampled_from(tpu.ACCELERATORS))
+    topology = draw(st.sampled_from(tpu.topologies(accelerator)[:40]))
+    tpu_spec: dict[str, Any] = {"accelerator": accelerator, "topology": topology}
+    chips = draw(st.sampled_from([None, *tpu.allowed_chips_per_host(accelerator, topology)]))
+    if chips is not None:
+        tpu_spec["chipsPerHost"] = chips
+    if tpu.hosts_per_slice(accelerator, topology, chips) > 1 and chips != 8:
+        tpu_spec["slices"] = draw(st.integers(1, 4))
     target = draw(st.integers(2, 4096))
-    prompt = draw(st.one_of(st.integers(1, target + 1), st.just(target - 1)))
-    aligned = st.integers(target // 128, target // 128 + 2).map(lambda k: 128 * k)  # multiples of 128 +-1
-    packing = draw(
-        st.one_of(
-            st.just(0),
-            st.integers(max(0, target - 2), target + 2),
-            st.integers(0, 8192),
-            aligned,
-            aligned.map(lambda n: n + 1),
-        )
-    )
-    batch = draw(st.integers(1, 64))
-    tpu_spec = _merge(
-        {
-            "accelerator": draw(st.sampled_from(tpu.ACCELERATORS)),
-            "topology": draw(st.sampled_from(_topologies)),
-        },
-        draw(_optional("chipsPerHost", st.sampled_from([1, 4, 8]))),
-        draw(_optional("slices", st.integers(1, 4))),
+    rows = draw(st.integers(-(-target // 128), -(-target // 128) + 2).map(lambda k: 128 * k))
+    micro = draw(st.integers(1, 8))
+    mini = micro * draw(st.integers(1, 4))
+    grpo = {"batchSize": mini * draw(st.integers(1, 4)), "numGenerations": draw(st.integers(2, 16))}
+    grpo |= draw(_optional("miniBatchSize", st.just(mini))) | draw(
+        _optional("microBatchSize", st.just(micro))
     )
     engine = draw(st.sampled_from(["vanilla", "vllm"]))
-    rollout = _merge({"engine": engine}, draw(_optional("vllmBlockSize", st.sampled_from([8, 16, 64, 1024]))))
-    grpo = _merge(
-        {"batchSize": batch},
-        draw(_optional("miniBatchSize", st.integers(1, 64))),
-        draw(_optional("microBatchSize", st.integers(1, 64))),
-        draw(_optional("numGenerations", st.integers(2, 16))),
-    )
-    reward = st.fixed_dictionaries(
-        {},
-        optional={
-            "name": st.sampled_from(
-                ["mathAnswer", "exactMatch", "regex", "lengthPenalty", "answerCharFraction"]
-            ),
-            "function": st.just("my.rewards:score"),
-            "pattern": st.just("<answer>"),
-            "maxLength": st.integers(1, 512),
-        },
-    )
-    workload = _merge(
-        draw(_optional("data", st.just({"source": "hf://datasets/openai/gsm8k", "config": "main"}))),
-        draw(_optional("rewards", st.lists(reward, max_size=3))),
-    )
-    port = draw(st.one_of(st.sampled_from(RESERVED_TPU_PORTS), st.integers(1024, 65535)))
-    name = draw(st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,45}[a-z0-9]", fullmatch=True), st.just("a" * 40)))
-    return {
-        "apiVersion": "rljob.dev/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {
-            "image": "trainer:1",
-            "tpu": tpu_spec,
-            "maxPrefillPredictLength": prompt,
-            "maxTargetLength": target,
-            "packing": {"maxSeqTokenPerTpu": packing},
-            "rollout": rollout,
-            "grpo": grpo,
-            "metrics": {"port": port},
-            "suspend": draw(st.booleans()),
-            **workload,
-        },
+    rollout = {"engine": engine}
+    if engine == "vllm":
+        rollout |= draw(_optional("vllmBlockSize", st.sampled_from([8, 16, 64, 1024])))
+    spec: dict[str, Any] = {
+        "image": "trainer:1",
+        "tpu": tpu_spec,
+        "maxPrefillPredictLength": draw(st.integers(1, target - 1)),
+        "maxTargetLength": target,
+        "packing": {"maxSeqTokenPerTpu": draw(st.sampled_from([0, rows]))},
+        "rollout": rollout,
+        "grpo": grpo,
+        "metrics": {"port": draw(st.integers(1024, 65535).filter(lambda p: p not in RESERVED_TPU_PORTS))},
+        "suspend": draw(st.booleans()),
     }
+    if draw(st.booleans()):
+        spec["data"] = {"source": "hf://datasets/openai/gsm8k", "config": "main"}
+        spec["rewards"] = draw(st.lists(st.sampled_from(_REWARDS), min_size=1, max_size=3))
+    if draw(st.integers(0, 3)) == 3:  # not 0: Hypothesis favours the smallest value
+        _, push = draw(st.sampled_from(_PUSHES))
+        push(spec, draw)
+    name = draw(st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,45}[a-z0-9]", fullmatch=True), st.just("a" * 40)))
+    return {"apiVersion": "rljob.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name}, "spec": spec}

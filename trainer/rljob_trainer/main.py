@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
 from rljob_trainer import models, rollout, sigterm
+from rljob_trainer.console import console
 from rljob_trainer.options import add_train_options
-from rljob_trainer.progress import ConsoleProgress, StepCallback, StepRecorder, summary
+from rljob_trainer.progress import StepCallback, StepRecorder, summary
 from rljob_trainer.task import EmitTask
 
 if TYPE_CHECKING:  # importing the bridge imports JAX and Tunix: only when training
@@ -150,12 +151,17 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
 
 
 def _configure_logging() -> None:
-    os.environ.setdefault("TQDM_DISABLE", "1")  # Tunix's progress bar; ours is ConsoleProgress
+    os.environ.setdefault("TQDM_DISABLE", "1")  # Tunix's progress bar; ours is console.py
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         from absl import logging as absl_logging
 
         absl_logging.set_verbosity(absl_logging.WARNING)
+        # Tunix's HBM report warns "Skipping non-TPU device: cpu. You might be missing jax[tpu]" on every
+        # CPU run: not a problem on CPU, and misleading in the demo.
+        logging.getLogger("absl").addFilter(
+            lambda record: not str(record.msg).startswith("Skipping non-TPU device")
+        )
     except ImportError:
         pass
 
@@ -195,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         f"{spec.grpo.maxSteps} steps of {spec.grpo.batchSize}x{spec.grpo.numGenerations}",
         flush=True,
     )
-    callbacks: list[StepCallback] = [] if args.quiet else [ConsoleProgress(every=args.log_every)]
+    callbacks: list[StepCallback] = [] if args.quiet else [console(spec.grpo.maxSteps, every=args.log_every)]
     started = time.perf_counter()
     try:
         run = train(job, callbacks)

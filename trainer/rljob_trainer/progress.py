@@ -112,6 +112,10 @@ class StepRecorder:
     def begin(self, step: int) -> None:
         with self._lock:
             self._current = _Accumulator(step=step, started=time.perf_counter())
+        for callback in self.callbacks:  # e.g. the console's "compiling..." needs to know the step
+            start = getattr(callback, "on_step_start", None)
+            if start is not None:
+                start(step)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
