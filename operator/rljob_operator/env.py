@@ -31,7 +31,8 @@ def _value(name: str, value: object) -> dict[str, Any]:
 
 
 def trainer_env(job: RLJob, shape: SliceShape) -> list[dict[str, Any]]:
-    """The container's env list, in a fixed order (goldens and diffs stay stable)."""
+    """The container's env list, in a fixed order (goldens and diffs stay stable): identity, RLJob facts,
+    engine settings, then ``spec.env``."""
     env = [_from_label(n, label) for n, label in _DOWNWARD_LABELS]
     env += [
         _value("RLJOB_NAME", job.metadata.name),
@@ -45,4 +46,6 @@ def trainer_env(job: RLJob, shape: SliceShape) -> list[dict[str, Any]]:
         # vLLM in the trainer's process (Tunix's vllm rollout): JAX must keep a CPU backend for host-side
         # arrays, and vLLM must not fork engine processes that would each try to grab the TPU.
         env += [_value("JAX_PLATFORMS", "tpu,cpu"), _value("VLLM_ENABLE_V1_MULTIPROCESSING", "0")]
+    # the user's last (``spec.env``): the API refuses names that clash with the ones above
+    env += [e.model_dump(mode="json", exclude_none=True) for e in job.spec.env]
     return env

@@ -6,6 +6,7 @@ them would silently break scraping, ownership or exclusive placement, so none is
 
 from __future__ import annotations
 
+from rljob.api import pod
 from rljob.api.spec import GROUP
 
 # --- labels rljob puts on what it creates -------------------------------------------------------------
@@ -18,9 +19,13 @@ ROLE_TRAINER = "trainer"
 CONTAINER = "trainer"
 """Container name; the pod failure policy's exit-code rule names it."""
 CONFIG_KEY = "rljob.yaml"
-CONFIG_DIR = "/etc/rljob"
+CONFIG_DIR = pod.CONFIG_DIR
 CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
-CONFIG_VOLUME = "rljob-config"
+CONFIG_VOLUME, SHM_VOLUME = pod.RESERVED_VOLUMES
+SHM_DIR = pod.SHM_DIR
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
+"""GKE injects the Cloud Storage FUSE sidecar only into pods with this annotation set to "true"."""
 TRAINER_ARGS: tuple[str, ...] = ("--config", CONFIG_PATH)
 """The container's ``args``, not its ``command``: the trainer image's ENTRYPOINT is ``tini -- python -m
 rljob_trainer`` (Dockerfile), and tini as PID 1 forwards SIGTERM; a ``command`` would replace it and make
@@ -52,6 +57,14 @@ TPU_RESOURCE = "google.com/tpu"
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+# --- GKE capacity types (rljob_operator/capacity.py) ----------------------------------------------
+SPOT_LABEL = "cloud.google.com/gke-spot"
+RESERVATION_NAME_LABEL = "cloud.google.com/reservation-name"
+RESERVATION_AFFINITY_LABEL = "cloud.google.com/reservation-affinity"
+RESERVATION_PROJECT_LABEL = "cloud.google.com/reservation-project"
+FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+MAX_RUN_DURATION_LABEL = "cloud.google.com/gke-max-run-duration-seconds"
 
 # --- Kueue -------------------------------------------------------------------------------------------
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

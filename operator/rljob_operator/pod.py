@@ -14,6 +14,7 @@ from typing import Any
 
 from rljob.api.spec import RLJob
 from rljob_operator import names
+from rljob_operator.capacity import capacity_tolerations
 from rljob_operator.env import trainer_env
 from rljob_operator.slices import SliceShape
 
@@ -45,7 +46,11 @@ def trainer_container(job: RLJob, shape: SliceShape, options: RenderOptions) -> 
             {"name": names.METRICS_PORT_NAME, "containerPort": job.spec.metrics.port, "protocol": "TCP"}
         ],
         "resources": {"requests": {names.TPU_RESOURCE: chips}, "limits": {names.TPU_RESOURCE: chips}},
-        "volumeMounts": [{"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_DIR, "readOnly": True},
+            {"name": names.SHM_VOLUME, "mountPath": names.SHM_DIR},
+            *(m.model_dump(mode="json", exclude_none=True) for m in job.spec.volumeMounts),
+        ],
     }
     if options.trainer_security_context:
         container["securityContext"] = dict(options.trainer_security_context)
@@ -55,23 +60,43 @@ def trainer_container(job: RLJob, shape: SliceShape, options: RenderOptions) -> 
 def pod_template(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
     """The Job's pod template."""
     metadata: dict[str, Any] = {"labels": pod_labels(job)}
-    if job.spec.podAnnotations:
-        metadata["annotations"] = dict(sorted(job.spec.podAnnotations.items()))
+    annotations = pod_annotations(job)
+    if annotations:
+        metadata["annotations"] = annotations
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": job.spec.terminationGracePeriodSeconds,
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": shape.node_selector(),
-        "tolerations": [{"key": names.TPU_RESOURCE, "operator": "Exists"}],
-        "containers": [trainer_container(job, shape, options)],
-        "volumes": [
-            {
-                "name": names.CONFIG_VOLUME,
-                "configMap": {"name": names.config_map_name(job.metadata.name)},
-            }
+        "tolerations": [
+            {"key": names.TPU_RESOURCE, "operator": "Exists"},
+            *capacity_tolerations(job.spec.tpu.capacity),
         ],
+        "containers": [trainer_container(job, shape, options)],
+        "volumes": pod_volumes(job),
     }
+    if job.spec.serviceAccountName:
+        spec["serviceAccountName"] = job.spec.serviceAccountName
     if job.spec.priorityClassName:
         spec["priorityClassName"] = job.spec.priorityClassName
     return {"metadata": metadata, "spec": spec}
+
+
+def pod_volumes(job: RLJob) -> list[dict[str, Any]]:
+    """The config, a memory-backed /dev/shm (the runtime's 64 MiB default starves XLA and vLLM), then
+    ``spec.volumes``."""
+    return [
+        {"name": names.CONFIG_VOLUME, "configMap": {"name": names.config_map_name(job.metadata.name)}},
+        {"name": names.SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+        *(v.model_dump(mode="json", exclude_none=True) for v in job.spec.volumes),
+    ]
+
+
+def pod_annotations(job: RLJob) -> dict[str, str]:
+    """``spec.podAnnotations``, plus GKE's Cloud Storage FUSE switch when a volume uses its CSI driver
+    (without it GKE injects no sidecar and the mount never appears)."""
+    annotations = dict(job.spec.podAnnotations)
+    if any(v.csi is not None and v.csi.driver == names.GCSFUSE_DRIVER for v in job.spec.volumes):
+        annotations.setdefault(names.GCSFUSE_ANNOTATION, "true")
+    return dict(sorted(annotations.items()))

@@ -80,6 +80,7 @@ def _clean_text(text: str) -> str:
 def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """One pydantic JSON Schema node -> one structural OpenAPI v3 node."""
     node = dict(node)
+    optional = any(b.get("type") == "null" for b in node.get("anyOf", []))
     if "$ref" in node:  # inline the definition; the referring field's description wins
         target = dict(defs[node.pop("$ref").split("/")[-1]])
         target.update({k: v for k, v in node.items() if k in ("description", "default")})
@@ -113,10 +114,11 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = _clean_text(value)
         else:
             out[key] = value
-    if out.get("type") == "object" and "default" not in out and "required" not in out:
+    if out.get("type") == "object" and "default" not in out and "required" not in out and not optional:
         # So the apiserver creates the object when it is absent. Its fields' defaults are spelled out, not
         # left to nested defaulting: the apiserver checks a default against the CEL rules as it stands, and
         # `{}` breaks every rule that reads a field (kube-apiserver 1.36 refuses such a CRD: "no such key").
+        # Not for an Optional object (`X | None`): absent means unset there (e.g. an env var's valueFrom).
         props = out.get("properties", {})
         out["default"] = {name: sub["default"] for name, sub in props.items() if "default" in sub}
     return {k: out[k] for k in sorted(out, key=lambda k: (_ORDER.get(k, len(_ORDER)), k))}

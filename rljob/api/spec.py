@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rljob.api.base import Model, PathStr
+from rljob.api.pod import CapacitySpec, EnvVar, ObjectName, Volume, VolumeMount
 from rljob.api.progress import Progress
 from rljob.api.rules import violations
 from rljob.api.tpu import ACCELERATORS
@@ -59,6 +60,8 @@ class TPUSpec(Model):
     (default) or, with 8, one ct5lp/ct6e *-8t host."""
     slices: Annotated[int, Field(ge=1, le=256)] = 1
     """Number of slices (multislice over DCN). More than 1 needs a multi-host topology."""
+    capacity: CapacitySpec = Field(default_factory=CapacitySpec)
+    """TPU capacity: on-demand (default), Spot, a named reservation or flex-start."""
 
 
 class PackingSpec(Model):
@@ -175,6 +178,17 @@ class RLJobSpec(Model):
     terminationGracePeriodSeconds: Annotated[int, Field(ge=30, le=3600)] = 300
     """Seconds a trainer pod gets between SIGTERM (preemption, maintenance, deletion) and SIGKILL: the
     trainer finishes its step and saves a checkpoint in that time, so make it cover one step plus a save."""
+    serviceAccountName: ObjectName | None = None
+    """Kubernetes ServiceAccount of the trainer pods (e.g. one bound to a Google service account with
+    Workload Identity, for gs:// weights, data and checkpoints). Unset: the namespace's default."""
+    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
+    """Extra environment variables of the trainer container (e.g. XLA_FLAGS, LIBTPU_INIT_ARGS, an HF token
+    from a Secret)."""
+    volumes: Annotated[list[Volume], Field(max_length=32)] = Field(default_factory=list)
+    """Extra pod volumes (e.g. Cloud Storage FUSE through the gcsfuse.csi.storage.gke.io CSI driver; the
+    operator then adds the gke-gcsfuse/volumes pod annotation). /dev/shm is always mounted."""
+    volumeMounts: Annotated[list[VolumeMount], Field(max_length=32)] = Field(default_factory=list)
+    """Where spec.volumes appear in the trainer container."""
     podAnnotations: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=64)] = (
         Field(default_factory=dict)
     )

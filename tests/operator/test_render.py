@@ -248,3 +248,22 @@ def test_grace_period_reaches_the_pods() -> None:
     job = make_rljob("grace").obj()
     pod = render_jobset(job)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == job.spec.terminationGracePeriodSeconds == 300
+
+
+def test_operator_env_names_are_reserved_in_the_api():
+    """``spec.env`` may not redefine what the operator sets: the API's reserved list covers every name."""
+    from rljob.api.pod import RESERVED_ENV, RESERVED_ENV_PREFIX
+
+    env = _pod(_jobset(make_rljob()))["spec"]["containers"][0]["env"]
+    assert all(e["name"] in RESERVED_ENV or e["name"].startswith(RESERVED_ENV_PREFIX) for e in env)
+
+
+def test_shm_always_mounted_and_gcsfuse_annotated_only_with_its_driver():
+    plain = _pod(_jobset(make_rljob()))
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in plain["spec"]["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in plain["spec"]["containers"][0]["volumeMounts"]
+    assert "annotations" not in plain["metadata"]
+    pvc = make_rljob().set("spec.volumes", [{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}])
+    assert "annotations" not in _pod(_jobset(pvc))["metadata"]
+    gcs = make_rljob().set("spec.volumes", [{"name": "d", "csi": {"driver": "gcsfuse.csi.storage.gke.io"}}])
+    assert _pod(_jobset(gcs))["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}

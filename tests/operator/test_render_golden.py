@@ -36,6 +36,50 @@ CASES: dict[str, RLJobBuilder] = {
     .pod_annotation("gke-gcsfuse/volumes", "true")
     .pod_annotation("a.example/b", "c")
     .metrics_port(9100),
+    # GKE capacity types (on-demand is every other case)
+    "capacity-spot": make_rljob("spot").set("spec.tpu.capacity", {"type": "Spot"}),
+    "capacity-reservation": make_rljob("reserved").set(
+        "spec.tpu.capacity",
+        {"type": "Reservation", "reservation": "tpu-res", "reservationProject": "shared-proj"},
+    ),
+    "capacity-flex-start": make_rljob("flex").set(
+        "spec.tpu.capacity", {"type": "FlexStart", "maxRunDurationSeconds": 86400}
+    ),
+    # pod identity, environment and storage
+    "service-account": make_rljob("wi").set("spec.serviceAccountName", "trainer-wi"),
+    "env-values-and-refs": make_rljob("env").set(
+        "spec.env",
+        [
+            {"name": "XLA_FLAGS", "value": "--xla_dump_to=/tmp/xla"},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+            {
+                "name": "LIBTPU_INIT_ARGS",
+                "valueFrom": {"configMapKeyRef": {"name": "tpu", "key": "args", "optional": True}},
+            },
+        ],
+    ),
+    "volumes-gcsfuse-and-cache": make_rljob("storage")
+    .set(
+        "spec.volumes",
+        [
+            {
+                "name": "weights",
+                "csi": {
+                    "driver": "gcsfuse.csi.storage.gke.io",
+                    "readOnly": True,
+                    "volumeAttributes": {"bucketName": "my-weights", "mountOptions": "implicit-dirs"},
+                },
+            },
+            {"name": "jax-cache", "emptyDir": {"sizeLimit": "50Gi"}},
+        ],
+    )
+    .set(
+        "spec.volumeMounts",
+        [
+            {"name": "weights", "mountPath": "/weights", "readOnly": True},
+            {"name": "jax-cache", "mountPath": "/home/rljob/.cache/jax"},
+        ],
+    ),
     # trainer config
     "packing-on": make_rljob("packed").packing(4096).set("spec.maxTargetLength", 1024),
     "packing-off": make_rljob("unpacked").packing(0),

@@ -125,6 +125,32 @@ CREATE_CASES: list[Hostile] = [
     Hostile("mini batch does not divide", grpo(batchSize=8, miniBatchSize=3), "spec.grpo.miniBatchSize"),
     Hostile("hbm utilization 0", spec({"rollout": {"hbmUtilization": 0}}), "spec.rollout.hbmUtilization"),
     Hostile("grace period of 1 s", spec({"terminationGracePeriodSeconds": 1}), "spec.terminationGracePeriodSeconds"),
+    # --- GKE topology rule
+    Hostile("v4 4x4x6", tpu(accelerator="tpu-v4-podslice", topology="4x4x6"), "spec.tpu.topology"),
+    Hostile("tpu7x beyond the pod", tpu(accelerator="tpu7x", topology="16x24x32"), "spec.tpu.topology"),
+    # --- capacity combinations GKE does not allow
+    Hostile("reservation without a name", tpu(capacity={"type": "Reservation"}), "spec.tpu.capacity.reservation"),
+    Hostile("spot consuming a reservation", tpu(capacity={"type": "Spot", "reservation": "r"}), "spec.tpu.capacity.reservation"),
+    Hostile("flex-start with a reservation", tpu(capacity={"type": "FlexStart", "reservation": "r"}), "spec.tpu.capacity.reservation"),
+    Hostile("run duration on on-demand", tpu(capacity={"maxRunDurationSeconds": 3600}), "spec.tpu.capacity.maxRunDurationSeconds"),
+    Hostile("capacity type lower case", tpu(capacity={"type": "spot"}), "spec.tpu.capacity.type"),
+    # --- env: Secret references to nothing, clashes
+    Hostile("secret ref without key", spec({"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "hf"}}}]}), "spec.env[0].valueFrom.secretKeyRef.key"),
+    Hostile("secret ref without name", spec({"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"key": "k"}}}]}), "spec.env[0].valueFrom.secretKeyRef.name"),
+    Hostile("empty valueFrom", spec({"env": [{"name": "T", "valueFrom": {}}]}), "spec.env"),
+    Hostile("env without value", spec({"env": [{"name": "T"}]}), "spec.env"),
+    Hostile("env redefines RLJOB_", spec({"env": [{"name": "RLJOB_NUM_SLICES", "value": "8"}]}), "spec.env"),
+    Hostile("env sets the coordinator", spec({"env": [{"name": "JAX_COORDINATOR_ADDRESS", "value": "x:1"}]}), "spec.env"),
+    Hostile("env twice", spec({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}), "spec.env"),
+    # --- volumes and mounts
+    Hostile("volume names clash", spec({"volumes": [{"name": "d", "emptyDir": {}}, {"name": "d", "emptyDir": {}}]}), "spec.volumes"),
+    Hostile("volume named dshm", spec({"volumes": [{"name": "dshm", "emptyDir": {}}]}), "spec.volumes"),
+    Hostile("volume with two sources", spec({"volumes": [{"name": "d", "emptyDir": {}, "secret": {"secretName": "s"}}]}), "spec.volumes"),
+    Hostile("mount over the config", spec({"volumes": [{"name": "d", "emptyDir": {}}], "volumeMounts": [{"name": "d", "mountPath": "/etc/rljob"}]}), "spec.volumeMounts"),
+    Hostile("mount over /etc", spec({"volumes": [{"name": "d", "emptyDir": {}}], "volumeMounts": [{"name": "d", "mountPath": "/etc"}]}), "spec.volumeMounts"),
+    Hostile("mount of a missing volume", spec({"volumeMounts": [{"name": "nope", "mountPath": "/data"}]}), "spec.volumeMounts"),
+    Hostile("mount path with ..", spec({"volumes": [{"name": "d", "emptyDir": {}}], "volumeMounts": [{"name": "d", "mountPath": "/a/../etc/rljob"}]}), "spec.volumeMounts[0].mountPath"),
+    Hostile("service account with a slash", spec({"serviceAccountName": "ns/sa"}), "spec.serviceAccountName"),
 ]  # fmt: skip
 
 
@@ -145,4 +171,7 @@ UPDATE_CASES: list[HostileUpdate] = [
     HostileUpdate("new pod annotation", {"podAnnotations": {"kwok.rljob.dev/fail": "1"}}, "spec.podAnnotations"),
     HostileUpdate("longer ttl", {"ttlSecondsAfterFinished": 999}, "spec.ttlSecondsAfterFinished"),
     HostileUpdate("shorter grace period", {"terminationGracePeriodSeconds": 30}, "spec.terminationGracePeriodSeconds"),
+    HostileUpdate("switch to spot", {"tpu": {"capacity": {"type": "Spot"}}}, "spec.tpu"),
+    HostileUpdate("add an env var", {"env": [{"name": "A", "value": "1"}]}, "spec.env"),
+    HostileUpdate("new service account", {"serviceAccountName": "admin"}, "spec.serviceAccountName"),
 ]  # fmt: skip

@@ -1,0 +1,49 @@
+"""TPU capacity (``spec.tpu.capacity``) as the node selectors and tolerations GKE documents for each type.
+
+* OnDemand: nothing extra.
+* Spot: ``cloud.google.com/gke-spot: "true"`` and a toleration of the taint GKE puts on Spot node pools
+  (``cloud.google.com/gke-spot=true:NoSchedule``), so the pods land only on Spot nodes.
+* Reservation: ``cloud.google.com/reservation-name`` and ``cloud.google.com/reservation-affinity:
+  specific`` (plus ``cloud.google.com/reservation-project`` for a shared reservation).
+* FlexStart: ``cloud.google.com/gke-flex-start: "true"`` (plus ``cloud.google.com/gke-max-run-duration-
+  seconds`` when set) and a toleration of the flex-start taint.
+
+Selectors are scheduling fields Kueue may extend while the JobSet is suspended (a ResourceFlavor's node
+labels); the operator writes them once at creation and never re-applies them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rljob.api.pod import CapacitySpec
+from rljob_operator import names
+
+
+def capacity_selector(capacity: CapacitySpec) -> dict[str, str]:
+    """Node labels the slice's nodes must carry for this capacity type."""
+    if capacity.type == "Spot":
+        return {names.SPOT_LABEL: "true"}
+    if capacity.type == "Reservation":
+        selector = {
+            names.RESERVATION_NAME_LABEL: str(capacity.reservation),
+            names.RESERVATION_AFFINITY_LABEL: "specific",
+        }
+        if capacity.reservationProject:
+            selector[names.RESERVATION_PROJECT_LABEL] = capacity.reservationProject
+        return selector
+    if capacity.type == "FlexStart":
+        selector = {names.FLEX_START_LABEL: "true"}
+        if capacity.maxRunDurationSeconds is not None:
+            selector[names.MAX_RUN_DURATION_LABEL] = str(capacity.maxRunDurationSeconds)
+        return selector
+    return {}
+
+
+def capacity_tolerations(capacity: CapacitySpec) -> list[dict[str, Any]]:
+    """Tolerations of the taint GKE puts on node pools of this capacity type (none for on-demand or a
+    reservation: those nodes carry only the TPU taint)."""
+    label = {"Spot": names.SPOT_LABEL, "FlexStart": names.FLEX_START_LABEL}.get(capacity.type)
+    if label is None:
+        return []
+    return [{"key": label, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
