@@ -182,3 +182,22 @@ def test_step_report_math_and_console_line() -> None:
     line = out.getvalue()
     assert "step    1/2" in line and "reward 0.500" in line
     assert "packing util  94.7% (compute  90.0%)" in line
+
+
+def test_multislice_mesh_puts_data_parallelism_across_slices(bridge: types.ModuleType) -> None:
+    """Each ``dp`` row holds exactly one slice's devices, so fsdp/tp collectives never cross slices."""
+
+    class Dev(types.SimpleNamespace):
+        pass
+
+    # two slices x two hosts x two devices, listed out of order (as jax.devices() may)
+    devices = [Dev(id=i, process_index=i // 2, slice_index=i // 4) for i in range(8)]
+    ordered = bridge.slice_major(list(reversed(devices)))
+    rows = [ordered[i : i + 4] for i in (0, 4)]
+    assert [{d.slice_index for d in row} for row in rows] == [{0}, {1}]
+    assert bridge.data_axes(bridge.make_mesh()) == ("fsdp",)
+
+
+def test_training_config_shards_the_batch_over_the_data_axes(bridge: types.ModuleType) -> None:
+    assert bridge.training_config(spec(), ("dp", "fsdp")).data_sharding_axis == ("dp", "fsdp")
+    assert bridge.training_config(spec()).data_sharding_axis == ("fsdp",)

@@ -20,6 +20,7 @@ phases and reports each step to the callbacks in ``progress.StepRecorder``.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -62,11 +63,26 @@ def updates_per_step(spec: RLJobSpec) -> int:
     return (g.batchSize // (g.miniBatchSize or g.batchSize)) * g.numIterations
 
 
-def make_mesh() -> jax.sharding.Mesh:
-    """All devices on the fsdp axis. A plain Mesh: jax 0.10's make_mesh gives Explicit axes that break
-    Tunix's embedder."""
-    devices = np.array(jax.devices()).reshape(-1, 1)
-    return jax.sharding.Mesh(devices, ("fsdp", "tp"))
+def make_mesh(slices: int = 1) -> jax.sharding.Mesh:
+    """One slice: all devices on the fsdp axis. Several slices (multislice): a leading ``dp`` axis over the
+    slices, so only data parallelism crosses the slow data-center network and fsdp/tp stay on each slice's
+    ICI. A plain Mesh: jax 0.10's make_mesh gives Explicit axes that break Tunix's embedder."""
+    devices = jax.devices()
+    if slices == 1 or len(devices) % slices:  # a local run of a multislice RLJob: one flat mesh
+        return jax.sharding.Mesh(np.array(devices).reshape(-1, 1), ("fsdp", "tp"))
+    grid = np.array(slice_major(devices)).reshape(slices, -1, 1)
+    return jax.sharding.Mesh(grid, ("dp", "fsdp", "tp"))
+
+
+def slice_major(devices: list[Any]) -> list[Any]:
+    """Devices ordered slice by slice (TPU devices carry ``slice_index``; others, e.g. CPU, go in process
+    order, which is slice-major too: process id = host + slice x hosts)."""
+    return sorted(devices, key=lambda d: (getattr(d, "slice_index", 0), d.process_index, d.id))
+
+
+def data_axes(mesh: jax.sharding.Mesh) -> tuple[str, ...]:
+    """Mesh axes the batch is split over: ``dp`` (across slices) and ``fsdp`` (within one)."""
+    return tuple(a for a in ("dp", "fsdp") if a in mesh.axis_names)
 
 
 def optimizer(spec: RLJobSpec) -> optax.GradientTransformation:
@@ -105,10 +121,13 @@ def rollout_config(spec: RLJobSpec, tokenizer: Any) -> base_rollout.RolloutConfi
     return base_rollout.RolloutConfig(**fields)
 
 
-def training_config(spec: RLJobSpec) -> rl_cluster_lib.RLTrainingConfig:
+def training_config(
+    spec: RLJobSpec, data_sharding: tuple[str, ...] = ("fsdp",)
+) -> rl_cluster_lib.RLTrainingConfig:
     g = spec.grpo
     mini = g.miniBatchSize or g.batchSize
     return rl_cluster_lib.RLTrainingConfig(
+        data_sharding_axis=data_sharding,
         actor_optimizer=optimizer(spec),
         eval_every_n_steps=1_000_000_000,  # no eval set
         max_steps=g.maxSteps * updates_per_step(spec),
@@ -126,7 +145,7 @@ def cluster_config(spec: RLJobSpec, mesh: jax.sharding.Mesh, tokenizer: Any) -> 
         role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
         rollout_engine=rollout.engine_name(spec),
         offload_to_cpu=False,
-        training_config=training_config(spec),
+        training_config=training_config(spec, data_axes(mesh)),
         rollout_config=rollout_config(spec, tokenizer),
     )
 
@@ -271,7 +290,7 @@ class TunixRun:
 def build(spec: RLJobSpec, reward_fns: list, recorder: StepRecorder, start_step: int = 0) -> TunixRun:
     """Build models, cluster and learner for ``spec``. ``start_step`` is the number of steps already done
     (a resumed run), so step numbers and rollout seeds continue where they left off."""
-    mesh = make_mesh()
+    mesh = make_mesh(spec.tpu.slices)
     tokenizer = models.build_tokenizer(spec.model)
     actor = models.build_model(spec.model, mesh, seed=spec.grpo.seed)
     reference = models.build_model(spec.model, mesh, seed=spec.grpo.seed) if spec.grpo.beta > 0 else None
@@ -281,7 +300,8 @@ def build(spec: RLJobSpec, reward_fns: list, recorder: StepRecorder, start_step:
         tokenizer=tokenizer,
         cluster_config=cluster_config(spec, mesh, tokenizer),
     )
-    base, extra = learner_class(spec, data_parallel=mesh.shape["fsdp"], backend=jax.default_backend())
+    data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
+    base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
     recorder.packed = base is not grpo_learner.GRPOLearner
     learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})
     learner = learner_cls(rl_cluster=cluster, algo_config=grpo_config(spec), reward_fns=reward_fns, **extra)
