@@ -61,11 +61,12 @@ class Kube:
         return existing, False
 
     def _create(self, kind: str, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
+        # Strict: a field the server's schema does not know is an error, never silently pruned (jobset_crd)
         if kind == "ConfigMap":
-            created = self.core.create_namespaced_config_map(ns, obj)
+            created = self.core.create_namespaced_config_map(ns, obj, field_validation="Strict")
             return self.api_client.sanitize_for_serialization(created)
         return self.custom.create_namespaced_custom_object(
-            names.JOBSET_GROUP, names.JOBSET_VERSION, ns, names.JOBSET_PLURAL, obj
+            names.JOBSET_GROUP, names.JOBSET_VERSION, ns, names.JOBSET_PLURAL, obj, field_validation="Strict"
         )
 
     def _get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:

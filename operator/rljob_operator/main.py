@@ -15,7 +15,7 @@ import sys
 
 import kopf
 
-from rljob_operator import preflight
+from rljob_operator import jobset_crd, preflight
 from rljob_operator.pod import RenderOptions
 from rljob_operator.settings import OperatorOptions
 
@@ -107,7 +107,7 @@ def options_from(args: argparse.Namespace) -> OperatorOptions:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from(args)
-    problem = preflight.cluster_problem(args.connect_timeout)
+    problem = preflight.cluster_problem(args.connect_timeout) or jobset_crd.jobset_problem()
     if problem:
         print(f"rljob operator: {problem}", file=sys.stderr)
         return 1
