@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Print the kwok Node manifests (YAML stream) for every pool in nodepools.txt.
 # Usage: hack/cluster/nodes.sh [nodepools.txt] | kubectl apply -f -
+# An optional 7th column, capacity (spot, flex-start, reservation=<name>), adds GKE's labels and taints
+# for that capacity type (nodepools-capacity.txt).
 #
 # The nodes carry the labels GKE puts on TPU nodes (see
 # ../shared/reference/gke-tpu-jobset.md), so that nodeSelectors, tolerations and
@@ -16,7 +18,24 @@ CPU=200
 MEMORY=800Gi
 PODS=110
 
-while read -r pool accel topo machine hosts chips; do
+# Extra labels (indented for the labels map) and taints of a capacity type, as GKE sets them.
+capacity_labels() {
+  case "$1" in
+    spot) echo "    cloud.google.com/gke-spot: \"true\"" ;;
+    flex-start) echo "    cloud.google.com/gke-flex-start: \"true\"" ;;
+    reservation=*)
+      echo "    cloud.google.com/reservation-name: ${1#reservation=}"
+      echo "    cloud.google.com/reservation-affinity: specific" ;;
+  esac
+}
+capacity_taints() {
+  case "$1" in
+    spot) printf '  - key: cloud.google.com/gke-spot\n    value: "true"\n    effect: NoSchedule\n' ;;
+    flex-start) printf '  - key: cloud.google.com/gke-flex-start\n    value: "true"\n    effect: NoSchedule\n' ;;
+  esac
+}
+
+while read -r pool accel topo machine hosts chips capacity; do
   [[ -z "${pool}" || "${pool}" == \#* ]] && continue
   if [[ "${accel}" != "-" ]]; then
     # A typo in the table would silently make a pool that no real slice matches.
@@ -47,11 +66,13 @@ YAML
       cat <<YAML
     cloud.google.com/gke-tpu-accelerator: ${accel}
     cloud.google.com/gke-tpu-topology: ${topo}
+$(capacity_labels "${capacity:-}")
 spec:
   taints:
   - key: google.com/tpu
     value: present
     effect: NoSchedule
+$(capacity_taints "${capacity:-}")
 status:
   capacity: {cpu: "${CPU}", memory: ${MEMORY}, pods: "${PODS}", google.com/tpu: "${chips}"}
   allocatable: {cpu: "${CPU}", memory: ${MEMORY}, pods: "${PODS}", google.com/tpu: "${chips}"}
