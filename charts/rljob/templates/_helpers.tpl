@@ -52,3 +52,9 @@ app.kubernetes.io/component: operator
 {{- define "rljob.hasMonitoring" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
 {{- end -}}
+
+{{/* GKE Managed Prometheus objects: metrics.managedPrometheus.enabled true, or auto and the API is served. */}}
+{{- define "rljob.hasGMP" -}}
+{{- $want := .Values.metrics.managedPrometheus.enabled -}}
+{{- if or (eq (toString $want) "true") (and (eq (toString $want) "auto") (.Capabilities.APIVersions.Has "monitoring.googleapis.com/v1")) -}}true{{- end -}}
+{{- end -}}
