@@ -37,7 +37,6 @@ def spec(**sections: dict[str, Any]) -> RLJobSpec:
 
 @pytest.fixture(scope="module")
 def bridge() -> types.ModuleType:
-    pytest.importorskip("tunix")
     from rljob_trainer import tunix_bridge
 
     return tunix_bridge

@@ -67,7 +67,6 @@ def test_vanilla_runs_anywhere() -> None:
 def test_tunix_rollout_config_carries_the_kwargs() -> None:
     """Tunix overwrites EngineArgs.gpu_memory_utilization from rollout_vllm_hbm_utilization, so the memory
     fraction must land there; everything else passes through rollout_vllm_kwargs unchanged."""
-    pytest.importorskip("tunix")
     from rljob_trainer import tunix_bridge
     from rljob_trainer.task import CharTokenizer
 
@@ -80,7 +79,6 @@ def test_tunix_rollout_config_carries_the_kwargs() -> None:
 
 
 def test_vanilla_rollout_config_has_no_vllm_kwargs() -> None:
-    pytest.importorskip("tunix")
     from rljob_trainer import tunix_bridge
     from rljob_trainer.task import EOS_ID, PAD_ID, CharTokenizer
 

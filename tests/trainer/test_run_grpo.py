@@ -59,14 +59,6 @@ def job(packing: int = 0, **grpo: Any) -> RLJob:
     return parse_rljob(doc)
 
 
-def packing_available() -> bool:
-    try:
-        from rljob_trainer import packing
-    except ImportError:
-        return False
-    return hasattr(packing, "PackedGRPOLearner")
-
-
 def test_reward_rises_on_the_synthetic_task() -> None:
     run = trainer_main.train(job())
     reports = run.recorder.reports
@@ -90,7 +82,6 @@ def _final_params(run: tunix_bridge.TunixRun) -> dict[str, np.ndarray]:
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in flat}
 
 
-@pytest.mark.skipif(not packing_available(), reason="rljob_trainer.packing.PackedGRPOLearner not landed yet")
 def test_packed_and_unpacked_runs_agree() -> None:
     """Packing changes speed, not results: same seed -> same samples, same rewards, ~same weights."""
     small = {"maxSteps": 3, "batchSize": 2, "beta": 0.0}  # few shapes: each new one compiles (~10-30 s)
