@@ -64,20 +64,32 @@ def test_auto_attention_is_blocked_on_cpu_where_supported():
         resolve_attention(flash, "blocked")
 
 
-def test_sequences_never_see_each_other():
-    """Changing one sequence changes no other sequence's log-probs (isolation), nor its own past."""
+@pytest.mark.parametrize("attention", ["blocked", "dense"])
+def test_sequences_never_see_each_other(attention):
+    """Editing ANY sequence of a shared row (first, middle or last: causality alone protects only the
+    last) changes no other sequence's log-probs and none of its own before the edit."""
     model = tiny_model("qwen3")
     ex = random_train_example([2, 3, 2], [10, 6, 7], max_prompt=MAX_P, max_completion=MAX_C, seed=1)
     packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
-    assert plan.rows_used == 1
-    base, _ = packed_per_token_logps(model, packed, temperature=1.0, attention="blocked", block=BLOCK)
-    c_ids = np.asarray(ex.completion_ids).copy()
-    c_ids[2, 5] = (c_ids[2, 5] + 7) % 250 + 2  # seq 2's 6th completion token
-    ex2 = ex.replace(completion_ids=jnp.asarray(c_ids))
-    packed2, _ = pack_train_example(ex2, ROW, pad_id=PAD_ID, attention_block=BLOCK)
-    moved, _ = packed_per_token_logps(model, packed2, temperature=1.0, attention="blocked", block=BLOCK)
-    diff = np.abs(np.asarray(moved) - np.asarray(base))
-    assert diff[:2].max() == 0.0 and diff[2, :5].max() == 0.0 and diff[2, 5:].max() > 0
+    assert plan.rows_used == 1 and sorted(plan.segment.tolist()) == [1, 2, 3]
+    logps = jax.jit(
+        lambda m, p: packed_per_token_logps(m, p, temperature=1.0, attention=attention, block=BLOCK)[0]
+    )
+    base = np.asarray(logps(model, packed))
+    for i in range(3):
+        for edit in (0, 3):  # a prompt token (all completion log-probs follow it), a completion token
+            p_ids, c_ids = np.asarray(ex.prompt_ids).copy(), np.asarray(ex.completion_ids).copy()
+            if edit == 0:
+                p_ids[i, -1] = (p_ids[i, -1] + 7) % 250 + 2  # last prompt token: conditions every logp
+            else:
+                c_ids[i, edit] = (c_ids[i, edit] + 7) % 250 + 2
+            ex2 = ex.replace(prompt_ids=jnp.asarray(p_ids), completion_ids=jnp.asarray(c_ids))
+            packed2, plan2 = pack_train_example(ex2, ROW, pad_id=PAD_ID, attention_block=BLOCK)
+            assert np.array_equal(plan2.offset, plan.offset)  # same places, so only attention can leak
+            diff = np.abs(np.asarray(logps(model, packed2)) - base)
+            others = [j for j in range(3) if j != i]
+            assert diff[others].max() == 0.0, (i, edit)
+            assert diff[i, :edit].max(initial=0.0) == 0.0 and diff[i, edit:].max() > 0, (i, edit)
 
 
 @pytest.mark.parametrize("seed", range(4))

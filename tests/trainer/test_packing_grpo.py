@@ -87,9 +87,13 @@ def run_step(learner_cls, **kwargs):
 
 def test_packed_step_makes_the_same_updates_as_unpacked():
     """One global step, batch 4 prompts x 2 generations, mini-batch 2, micro-batch 1, 2 GRPO iterations:
-    2 mini-batches x 2 iterations = 4 optimizer updates from 8 micro-steps, packed and unpacked."""
+    2 mini-batches x 2 iterations = 4 optimizer updates from 8 micro-steps, packed and unpacked. The
+    reference (beta > 0) and old-policy (2 iterations) log-probs are packed too."""
     _, steps_u, iters_u, params_u = run_step(GRPOLearner)
-    learner, steps_p, iters_p, params_p = run_step(PackedGRPOLearner, row_tokens=32, attention_block=8)
+    # Rows of 64 hold both sequences of a micro-batch (prompt + completion <= 32 each): shared rows.
+    learner, steps_p, iters_p, params_p = run_step(PackedGRPOLearner, row_tokens=64, attention_block=8)
+    stats = learner.packing_stats
+    assert stats.rows_used < stats.sequences, (stats.rows_used, stats.sequences)
     assert (steps_p, iters_p) == (steps_u, iters_u) == (4, 8)
     assert (
         learner.packing_stats.micro_batches == 4

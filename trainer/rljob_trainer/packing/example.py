@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljob_trainer.packing.attention import block_pairs
+from rljob_trainer.packing.attention import BlockPairs, block_pairs
 from rljob_trainer.packing.rows import RowPlan, ShapeCache, pack_rows, plan_rows
 
 
@@ -73,32 +73,55 @@ def _real_lengths(prompt_mask: np.ndarray, completion_mask: np.ndarray) -> tuple
     return p_len, c_len
 
 
-def pack_train_example(
-    example: Any,
+@dataclasses.dataclass(frozen=True)
+class PackedLayout:
+    """Where one micro-batch's sequences sit in packed rows (host arrays): ONE plan per micro-batch,
+    shared by the reference pass, the old-policy pass and the train step, so all three compile and run
+    the same ``[R, L]`` shape."""
+
+    plan: RowPlan
+    tokens: np.ndarray  # [R, L]
+    positions: np.ndarray  # [R, L]
+    segment_ids: np.ndarray  # [R, L]
+    completion_index: np.ndarray  # [B, Tc] flat index into R * L (0 for padding)
+    pairs: BlockPairs | None  # block-sparse attention only
+
+    def device_rows(self) -> dict[str, jax.Array]:
+        """The model inputs as device arrays, keyed like ``PackedTrainExample``'s fields."""
+        out = {
+            "tokens": jnp.asarray(self.tokens),
+            "positions": jnp.asarray(self.positions),
+            "segment_ids": jnp.asarray(self.segment_ids),
+            "completion_index": jnp.asarray(self.completion_index),
+        }
+        if self.pairs is not None:
+            bp = self.pairs
+            out.update(
+                pair_row=jnp.asarray(bp.row),
+                pair_q=jnp.asarray(bp.q),
+                pair_k=jnp.asarray(bp.k),
+                pair_valid=jnp.asarray(bp.valid),
+            )
+        return out
+
+
+def plan_layout(
+    prompt_ids: Any,
+    prompt_mask: Any,
+    completion_ids: Any,
+    completion_mask: Any,
     row_len: int,
     *,
     pad_id: int,
     attention_block: int | None = None,
     row_multiple: int = 1,
     shapes: ShapeCache | None = None,
-) -> tuple[PackedTrainExample, RowPlan]:
-    """Pack one Tunix ``TrainExample`` into rows of ``row_len`` tokens (best-fit decreasing).
-
-    ``attention_block`` set: also list the block pairs for ``blocked_attention`` (``row_len`` must be a
-    multiple of it). ``row_multiple``: the row count is a multiple of this (the data-parallel width).
-    ``shapes``: the run's ``ShapeCache`` (made with the same ``row_multiple``); rows and pairs are padded
-    to one of its shapes so consecutive micro-batches reuse the compiled train step. Without it the rows
-    and pairs are only bucketed (one compile per distinct bucket).
-    Raises ``RowTooShortError`` (naming ``spec.packing.maxSeqTokenPerTpu``) if a sequence does not fit.
-    """
-    p_ids = np.asarray(example.prompt_ids)
-    c_ids = np.asarray(example.completion_ids)
-    p_mask = np.asarray(example.prompt_mask).astype(bool)
-    c_mask_in = np.asarray(example.completion_mask)
-    c_mask = c_mask_in.astype(bool)
-    if getattr(example, "segment_ids", None) is not None:
-        raise ValueError("example is already packed (Tunix pack_sequences): turn off max_seq_token_per_tpu")
-    p_len, c_len = _real_lengths(p_mask, c_mask)
+) -> PackedLayout:
+    """Best-fit-decreasing rows for one micro-batch (see ``pack_train_example`` for the arguments)."""
+    p_ids, c_ids = np.asarray(prompt_ids), np.asarray(completion_ids)
+    p_len, c_len = _real_lengths(
+        np.asarray(prompt_mask).astype(bool), np.asarray(completion_mask).astype(bool)
+    )
     P = p_ids.shape[1]
     seqs = [np.concatenate([p_ids[i, P - p_len[i] :], c_ids[i, : c_len[i]]]) for i in range(len(p_ids))]
     plan = plan_rows(p_len + c_len, row_len, multiple_of=row_multiple)
@@ -114,25 +137,50 @@ def pack_train_example(
             bp = bp.padded(num_pairs)
     base = plan.row.astype(np.int64) * row_len + plan.offset + p_len  # flat index of completion token 0
     cols = np.arange(c_ids.shape[1])[None]
-    completion_index = np.where(c_mask, base[:, None] + cols, 0).astype(np.int32)
-    pairs: dict[str, Any] = {}
-    if bp is not None:
-        pairs = {
-            "pair_row": jnp.asarray(bp.row),
-            "pair_q": jnp.asarray(bp.q),
-            "pair_k": jnp.asarray(bp.k),
-            "pair_valid": jnp.asarray(bp.valid),
-        }
+    completion_index = np.where(c_len[:, None] > cols, base[:, None] + cols, 0).astype(np.int32)
+    return PackedLayout(plan, rows.tokens, rows.positions, rows.segment_ids, completion_index, bp)
+
+
+def pack_train_example(
+    example: Any,
+    row_len: int,
+    *,
+    pad_id: int,
+    attention_block: int | None = None,
+    row_multiple: int = 1,
+    shapes: ShapeCache | None = None,
+    layout: PackedLayout | None = None,
+) -> tuple[PackedTrainExample, RowPlan]:
+    """Pack one Tunix ``TrainExample`` into rows of ``row_len`` tokens (best-fit decreasing).
+
+    ``attention_block`` set: also list the block pairs for ``blocked_attention`` (``row_len`` must be a
+    multiple of it). ``row_multiple``: the row count is a multiple of this (the data-parallel width).
+    ``shapes``: the run's ``ShapeCache`` (made with the same ``row_multiple``); rows and pairs are padded
+    to one of its shapes so consecutive micro-batches reuse the compiled train step. Without it the rows
+    and pairs are only bucketed (one compile per distinct bucket). ``layout``: the micro-batch's plan
+    already made for its reference/old-policy passes (then the other arguments are not used).
+    Raises ``RowTooShortError`` (naming ``spec.packing.maxSeqTokenPerTpu``) if a sequence does not fit.
+    """
+    if getattr(example, "segment_ids", None) is not None:
+        raise ValueError("example is already packed (Tunix pack_sequences): turn off max_seq_token_per_tpu")
+    if layout is None:
+        layout = plan_layout(
+            example.prompt_ids,
+            example.prompt_mask,
+            example.completion_ids,
+            example.completion_mask,
+            row_len,
+            pad_id=pad_id,
+            attention_block=attention_block,
+            row_multiple=row_multiple,
+            shapes=shapes,
+        )
     packed = PackedTrainExample(
-        tokens=jnp.asarray(rows.tokens),
-        positions=jnp.asarray(rows.positions),
-        segment_ids=jnp.asarray(rows.segment_ids),
-        completion_index=jnp.asarray(completion_index),
-        completion_mask=jnp.asarray(c_mask_in),
+        **layout.device_rows(),
+        completion_mask=jnp.asarray(example.completion_mask),
         advantages=jnp.asarray(example.advantages),
         ref_per_token_logps=example.ref_per_token_logps,
         old_per_token_logps=example.old_per_token_logps,
         sampler_is_weights=getattr(example, "sampler_is_weights", None),
-        **pairs,
     )
-    return packed, plan
+    return packed, layout.plan

@@ -1,12 +1,19 @@
 """``PackedGRPOLearner``: Tunix's GRPO learner with packing owned by us, overriding only two things.
 
 1. ``_process_accumulated_batches``: after Tunix has produced the micro-batch ``TrainExample``s
-   (rollout, rewards, advantages, reference/old log-probs: all unchanged), each one is packed into one
-   ``[rows, row_len]`` ``PackedTrainExample``. Packing happens per micro-batch, the unit Tunix's loss
-   aggregates over and ``optax.MultiSteps`` accumulates, so mini-batches, gradient accumulation and the
-   number of optimizer updates are exactly the unpacked ones.
+   (rollout, rewards, advantages: unchanged), each one is packed into one ``[rows, row_len]``
+   ``PackedTrainExample``. Packing happens per micro-batch, the unit Tunix's loss aggregates over and
+   ``optax.MultiSteps`` accumulates, so mini-batches, gradient accumulation and the number of optimizer
+   updates are exactly the unpacked ones.
 2. The actor trainer's loss fn: ``loss.make_packed_grpo_loss_fn`` (one forward/backward over all rows,
    Tunix's GRPO aggregation on ``[B, Tc]``).
+3. The cluster's reference and old-policy log-prob calls (instance attributes, so Tunix's learner code
+   calls them unchanged): they plan the micro-batches' rows (``example.plan_layout``, one plan per
+   micro-batch, kept for step 1) and run ``logps.packed_completion_logps`` with the model and
+   temperature Tunix would use. The old-policy pass is packed for the vanilla rollout (Tunix recomputes
+   it with the rollout model at temperature 1.0, which is mirrored); vLLM's old log-probs are the
+   sampler's own, with nothing to compute, so Tunix's call stays. With ``offload_to_cpu`` Tunix's calls
+   stay too (they move weights around the pass).
 
 Tunix's own ``max_seq_token_per_tpu`` must stay unset: its ``pack_sequences`` (next-fit, one row per
 micro-step and optimizer update, silent drop of long sequences) would run on top of ours.
@@ -22,9 +29,11 @@ from typing import Any
 import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
+from tunix.rl.rollout import vanilla_rollout
 
 from rljob_trainer.packing.adapter import resolve_attention, splash_block
-from rljob_trainer.packing.example import PackedTrainExample, pack_train_example
+from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack_train_example, plan_layout
+from rljob_trainer.packing.logps import packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
 from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError, ShapeCache
 
@@ -155,16 +164,78 @@ class PackedGRPOLearner(GRPOLearner):
         self.rl_cluster.actor_trainer.with_loss_fn(
             make_packed_grpo_loss_fn(attention=self.attention, block=self.attention_block), has_aux=True
         )
+        self._micro_sizes: list[int] = []
+        self._planned: tuple[Any, Any, list[PackedLayout]] | None = None  # (prompts, completions, plans)
+        self._install_packed_logps()
 
-    def pack(self, example: Any) -> tuple[PackedTrainExample, RowPlan]:
-        """Pack one micro-batch ``TrainExample`` the way training does."""
-        return pack_train_example(
-            example,
+    def _install_packed_logps(self) -> None:
+        cluster = self.rl_cluster
+        if cluster.cluster_config.offload_to_cpu:
+            log.warning("packing: offload_to_cpu keeps Tunix's unpacked reference/old log-prob passes")
+            return
+        Role, Mode = rl_cluster_lib.Role, rl_cluster_lib.Mode
+
+        def ref_logps(prompt_tokens: Any, completion_tokens: Any, pad_id: int, eos_id: int, **_: Any) -> Any:
+            with cluster._get_mesh_and_logical_axis_rules_cm(Role.REFERENCE):
+                model = cluster.inference_worker.get_model("reference")
+                temperature = cluster.get_rollout_config(mode=Mode.TRAIN).temperature
+                return self._packed_logps(model, prompt_tokens, completion_tokens, temperature)
+
+        def old_logps(prompt_tokens: Any, completion_tokens: Any, **_: Any) -> Any:
+            with cluster._get_mesh_and_logical_axis_rules_cm(Role.ROLLOUT):
+                # Tunix's VanillaRollout.get_per_token_logps passes no temperature: 1.0.
+                return self._packed_logps(cluster.rollout.model(), prompt_tokens, completion_tokens, 1.0)
+
+        cluster.get_ref_per_token_logps = ref_logps
+        if isinstance(cluster.rollout, vanilla_rollout.VanillaRollout):
+            cluster.get_old_per_token_logps = old_logps
+
+    def _layouts(self, prompt_tokens: Any, completion_tokens: Any) -> list[PackedLayout]:
+        """One plan per micro-batch of the batch Tunix is scoring (made once, reused by every pass)."""
+        if self._planned and self._planned[0] is prompt_tokens and self._planned[1] is completion_tokens:
+            return self._planned[2]
+        pad = self.rl_cluster.rollout.pad_id()
+        p, c = np.asarray(prompt_tokens), np.asarray(completion_tokens)
+        sizes = self._micro_sizes if sum(self._micro_sizes) == len(p) else [len(p)]
+        layouts, start = [], 0
+        for n in sizes:
+            sl = slice(start, start + n)
+            layouts.append(self._plan(p[sl], p[sl] != pad, c[sl], c[sl] != pad))
+            start += n
+        self._planned = (prompt_tokens, completion_tokens, layouts)
+        return layouts
+
+    def _plan(
+        self, prompt_ids: Any, prompt_mask: Any, completion_ids: Any, completion_mask: Any
+    ) -> PackedLayout:
+        return plan_layout(
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
             self.row_len,
             pad_id=self.rl_cluster.rollout.pad_id(),
             attention_block=self.attention_block if self.attention == "blocked" else None,
             row_multiple=self.row_multiple,
             shapes=self.shapes,
+        )
+
+    def _packed_logps(
+        self, model: Any, prompt_tokens: Any, completion_tokens: Any, temperature: float
+    ) -> Any:
+        layouts = self._layouts(prompt_tokens, completion_tokens)
+        return packed_completion_logps(
+            model, layouts, temperature=temperature, attention=self.attention, block=self.attention_block
+        )
+
+    def pack(self, example: Any, layout: PackedLayout | None = None) -> tuple[PackedTrainExample, RowPlan]:
+        """Pack one micro-batch ``TrainExample`` the way training does (with its plan, if made)."""
+        if layout is None:
+            layout = self._plan(
+                example.prompt_ids, example.prompt_mask, example.completion_ids, example.completion_mask
+            )
+        return pack_train_example(
+            example, self.row_len, pad_id=self.rl_cluster.rollout.pad_id(), layout=layout
         )
 
     def _process_accumulated_batches(
@@ -173,10 +244,16 @@ class PackedGRPOLearner(GRPOLearner):
         micro_batch_sizes: list[int],
         mode: rl_cluster_lib.Mode,
     ) -> list[Any]:
+        self._micro_sizes, self._planned = list(micro_batch_sizes), None
         produced = super()._process_accumulated_batches(micro_batches, micro_batch_sizes, mode)
+        planned = self._planned[2] if self._planned else []
+        self._planned = None
+        layouts: list[PackedLayout | None] = (
+            list(planned) if len(planned) == len(produced) else [None] * len(produced)
+        )
         packed = []
-        for example in produced:
-            ex, plan = self.pack(example)
+        for example, layout in zip(produced, layouts, strict=True):
+            ex, plan = self.pack(example, layout)
             packed.append(ex)
             if mode == rl_cluster_lib.Mode.TRAIN:
                 self.packing_stats.add(plan)

@@ -25,16 +25,19 @@ from rljob_trainer.packing.example import PackedTrainExample
 
 def packed_per_token_logps(
     model: Any,
-    ex: PackedTrainExample,
+    ex: Any,
     *,
     temperature: float,
     attention: str,
     block: int,
-) -> tuple[jax.Array, jax.Array]:
+    entropy: bool = True,
+) -> tuple[jax.Array, jax.Array | None]:
     """Per-token log-probs and entropies of the completion tokens, ``[B, Tc]`` each, from packed rows.
 
-    Column ``t`` of a row predicts token ``t + 1``; a completion token is never the first of its segment
-    (prompts have >= 1 token), so its predicting column is always inside its own sequence.
+    ``ex`` has the row fields of ``PackedTrainExample`` (tokens, positions, segment_ids, pairs,
+    completion_index). Column ``t`` of a row predicts token ``t + 1``; a completion token is never the
+    first of its segment (prompts have >= 1 token), so its predicting column is always inside its own
+    sequence. ``entropy=False`` (reference / old-policy passes) skips the entropies (returns None).
     """
     logits = packed_logits(
         model, ex.tokens, ex.positions, ex.segment_ids, ex.pairs, attention=attention, block=block
@@ -43,9 +46,11 @@ def packed_per_token_logps(
         logits = logits / temperature
     logp_all = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     token_logp = jnp.take_along_axis(logp_all, ex.tokens[:, 1:, None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
     flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
-    return flat(token_logp)[ex.completion_index], flat(entropy)[ex.completion_index]
+    if not entropy:
+        return flat(token_logp)[ex.completion_index], None
+    token_entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    return flat(token_logp)[ex.completion_index], flat(token_entropy)[ex.completion_index]
 
 
 def grpo_loss_from_logps(
