@@ -1,13 +1,17 @@
-"""Reference and old-policy log-probs on packed rows == Tunix's unpacked ``compute_per_token_logps``."""
+"""Reference and old-policy log-probs on packed rows == Tunix's unpacked ``compute_per_token_logps``;
+pad tokens inside completions (vLLM) handled as unpacked."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from rljob_trainer.packing.example import plan_layout
+from rljob_trainer.packing.example import pack_train_example, plan_layout
 from rljob_trainer.packing.learner import PackedGRPOLearner
 from rljob_trainer.packing.logps import packed_completion_logps
+from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
 from rljob_trainer.packing.rows import ShapeCache
 from rljob_trainer.packing.testing import (
     EOS_ID,
@@ -19,6 +23,7 @@ from rljob_trainer.packing.testing import (
     tiny_model,
 )
 from tunix.rl import common
+from tunix.rl.algo_core import grpo_loss_fn
 
 ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
 # Two micro-batches of 4: rows shared by several sequences, one sequence filling a row exactly.
@@ -91,3 +96,40 @@ def test_learner_packs_reference_and_old_passes_with_the_train_plan():
     for got, want in ((got_ref, want_ref), (got_old, want_old)):
         assert np.abs(np.where(mask, got - want, 0.0)).max() < 1e-5
     assert np.abs(np.where(mask, want_ref - want_old, 0)).max() > 1e-3  # temperatures differ (0.9 vs 1.0)
+
+
+def with_pads_inside(ex):
+    """Put pad tokens inside completions, as Tunix's vLLM sampler (which stops only on EOS) can emit them."""
+    c = np.asarray(ex.completion_ids).copy()
+    c[0, [3, 4, 10]] = PAD_ID  # a run of two and a single one, in a sequence that fills its row
+    c[2, 1] = PAD_ID
+    c[5, 11] = PAD_ID  # right before its last real token
+    return ex.replace(completion_ids=jnp.asarray(c), completion_mask=jnp.asarray(c != PAD_ID))
+
+
+@pytest.mark.parametrize("attention", ["blocked", "dense"])
+def test_pad_inside_a_completion_is_handled_as_unpacked(attention):
+    """No error; log-probs, GRPO loss and gradients equal Tunix's unpacked ones (the pad is a masked key
+    without a position; the token after it is predicted from the pad's column)."""
+    model = tiny_model("qwen3", seed=2)
+    ex = with_pads_inside(random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C))
+    mask = np.asarray(ex.completion_mask)
+    assert not mask[0, 3] and mask[0, 5] and not mask[5, 11] and mask[5, 12]
+    packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
+    assert plan.rows_used < len(PROMPTS)
+    got, _ = packed_per_token_logps(model, packed, temperature=0.9, attention=attention, block=BLOCK)
+    want = unpacked(model, ex, 0.9)
+    assert np.abs(np.where(mask, np.asarray(got) - want, 0.0)).max() < 1e-5
+
+    cfg = grpo_config()
+    packed_fn = make_packed_grpo_loss_fn(attention=attention, block=BLOCK)
+
+    def loss_and_grads(fn):
+        (loss, _), grads = nnx.value_and_grad(fn, has_aux=True)(model)
+        return float(loss), jax.tree.leaves(nnx.state(grads, nnx.Param))
+
+    want_loss, want_g = loss_and_grads(lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID))
+    got_loss, got_g = loss_and_grads(lambda m: packed_fn(m, packed, cfg))
+    assert abs(got_loss - want_loss) < 1e-5
+    for g, w in zip(got_g, want_g, strict=True):
+        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5

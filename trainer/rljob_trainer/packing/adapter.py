@@ -97,26 +97,31 @@ def packed_logits(
     *,
     attention: str,
     block: int,
+    kv_segment_ids: jax.Array | None = None,
 ) -> jax.Array:
-    """Float32 logits ``[R, L, V]`` of packed rows; every token sees only its own sequence's past."""
+    """Float32 logits ``[R, L, V]`` of packed rows; every token sees only its own sequence's past.
+
+    ``kv_segment_ids``: key ids where pad tokens inside completions are 0 (see ``example._holes``).
+    Splash takes one id array for queries and keys, so there the hole's own query gets id 0 too: real
+    tokens never see it (exact), but the logits at the hole (predicting the token after it) attend
+    other id-0 columns, as Tunix's own unpacked flash path does with its 0/1 segment ids.
+    """
+    kv = segment_ids if kv_segment_ids is None else kv_segment_ids
     if attention == "splash":
         with flash_attention(model, block):
-            logits, _ = model(
-                tokens, positions=positions, cache=None, attention_mask=None, segment_ids=segment_ids
-            )
+            logits, _ = model(tokens, positions=positions, cache=None, attention_mask=None, segment_ids=kv)
     elif attention == "dense":
         kwargs: dict[str, Any] = {}
         if "segment_ids" in inspect.signature(model.__call__).parameters:
-            kwargs["segment_ids"] = segment_ids
-        logits, _ = model(
-            tokens, positions=positions, cache=None, attention_mask=segment_causal_mask(segment_ids), **kwargs
-        )
+            kwargs["segment_ids"] = kv
+        mask = segment_causal_mask(segment_ids, kv)
+        logits, _ = model(tokens, positions=positions, cache=None, attention_mask=mask, **kwargs)
     elif attention == "blocked":
         if pairs is None:
             raise ValueError("blocked attention needs block pairs (PackedTrainExample built with it)")
 
         def attend(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
-            return blocked_attention(q, k, v, segment_ids, pairs, block=block, scale=scale)
+            return blocked_attention(q, k, v, segment_ids, pairs, block=block, scale=scale, kv_segment_ids=kv)
 
         logits = _BLOCKED[family_of(model)](model, tokens, positions, attend)
     else:

@@ -28,10 +28,14 @@ from rljob_trainer.packing.rows import bucket_rows
 _NEG = -1e30  # finite: masked scores never make exp() overflow or inf-inf NaNs in gradients
 
 
-def segment_causal_mask(segment_ids: jax.Array) -> jax.Array:
-    """``[rows, L, L]`` bool: same non-zero segment and key not after query."""
+def segment_causal_mask(segment_ids: jax.Array, kv_segment_ids: jax.Array | None = None) -> jax.Array:
+    """``[rows, L, L]`` bool: the query's non-zero segment is the key's, and the key is not after it.
+
+    ``kv_segment_ids`` (default ``segment_ids``): the keys' ids; 0 marks a key nobody attends to.
+    """
     L = segment_ids.shape[-1]
-    same = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, :, None] > 0)
+    kv = segment_ids if kv_segment_ids is None else kv_segment_ids
+    same = (segment_ids[:, :, None] == kv[:, None, :]) & (segment_ids[:, :, None] > 0)
     causal = jnp.arange(L)[:, None] >= jnp.arange(L)[None, :]
     return same & causal[None]
 
@@ -112,8 +116,9 @@ def blocked_attention(
     *,
     block: int,
     scale: float,
+    kv_segment_ids: jax.Array | None = None,
 ) -> jax.Array:
-    """Block-sparse segment-causal attention. ``q``: ``[R, L, N, D]``; ``k``, ``v``: ``[R, L, K, D]``
+    """Block-sparse segment-causal attention (``kv_segment_ids``: as in ``segment_causal_mask``). ``q``: ``[R, L, N, D]``; ``k``, ``v``: ``[R, L, K, D]``
     (grouped-query: ``N`` a multiple of ``K``); ``pairs``: ``(row, q_block, k_block, valid)`` arrays.
 
     Returns ``[R, L, N, D]`` in ``v``'s dtype; softmax in float32.
@@ -126,8 +131,9 @@ def blocked_attention(
     qb = q.reshape(R, nb, block, K, G, D)[p_row, p_q]  # [P, T, K, G, D]
     kb = k.reshape(R, nb, block, K, D)[p_row, p_k]  # [P, S, K, D]
     vb = v.reshape(R, nb, block, K, D)[p_row, p_k]
-    seg = segment_ids.reshape(R, nb, block)
-    sq, sk = seg[p_row, p_q], seg[p_row, p_k]  # [P, T], [P, S]
+    kv = segment_ids if kv_segment_ids is None else kv_segment_ids
+    sq = segment_ids.reshape(R, nb, block)[p_row, p_q]  # [P, T]
+    sk = kv.reshape(R, nb, block)[p_row, p_k]  # [P, S]
     tq = p_q[:, None] * block + jnp.arange(block)[None]
     tk = p_k[:, None] * block + jnp.arange(block)[None]
     mask = (

@@ -44,6 +44,8 @@ class PackedTrainExample:
     ref_per_token_logps: jax.Array | None  # [B, Tc]
     old_per_token_logps: jax.Array | None  # [B, Tc]
     sampler_is_weights: jax.Array | None = None  # [B, Tc]
+    # Key segment ids: ``segment_ids`` with pad tokens inside completions set to 0 (nobody attends them).
+    kv_segment_ids: jax.Array | None = None
     # Block-sparse attention pairs (row, q block, k block, valid); None for dense / splash attention.
     pair_row: jax.Array | None = None
     pair_q: jax.Array | None = None
@@ -58,19 +60,44 @@ class PackedTrainExample:
 
 
 def _real_lengths(prompt_mask: np.ndarray, completion_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Real prompt tokens (a suffix) and the completion's span up to its last real token.
+
+    A completion may hold pad tokens before its end: Tunix's vLLM sampler stops only on EOS, so a
+    sampled pad id stays in the completion and Tunix's mask (``!= pad``) has a hole there. The span
+    keeps the hole in the packed row (``_holes`` masks it exactly as the unpacked pass does).
+    """
     p_len = prompt_mask.sum(-1).astype(np.int64)
-    c_len = completion_mask.sum(-1).astype(np.int64)
     P, C = prompt_mask.shape[1], completion_mask.shape[1]
     suffix = np.arange(P)[None] >= (P - p_len)[:, None]
-    prefix = np.arange(C)[None] < c_len[:, None]
-    if not (np.array_equal(suffix, prompt_mask) and np.array_equal(prefix, completion_mask)):
-        raise ValueError(
-            "packing needs left-padded prompts and right-padded completions without holes "
-            "(a pad token inside a completion: make the pad id an EOS id of the rollout)"
-        )
+    if not np.array_equal(suffix, prompt_mask):
+        raise ValueError("packing needs left-padded prompts (real prompt tokens a suffix of prompt_ids)")
     if (p_len == 0).any():
         raise ValueError("packing needs at least one prompt token (e.g. BOS) per sequence")
-    return p_len, c_len
+    last = np.where(completion_mask.any(-1), C - np.argmax(completion_mask[:, ::-1], axis=-1), 0)
+    return p_len, last.astype(np.int64)
+
+
+def _holes(
+    plan: RowPlan, rows: Any, p_len: np.ndarray, c_len: np.ndarray, c_mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and key segment ids of rows whose completions hold pad tokens, as unpacked Tunix sees them.
+
+    Unpacked, a pad inside a completion is a key nobody attends to (``make_causal_attn_mask`` masks keys
+    by ``!= pad``) and takes no position (``build_positions_from_mask``: cumsum of the mask - 1), while
+    its own query still attends to the real tokens before it (its logits predict the next token). Packed
+    the same: the hole's key segment id is 0 (no query matches it) and positions skip it.
+    """
+    positions, kv = rows.positions, rows.segment_ids
+    holed = [i for i in range(len(c_len)) if not c_mask[i, : c_len[i]].all()]
+    if not holed:
+        return positions, kv
+    positions, kv = positions.copy(), kv.copy()
+    for i in holed:
+        r, o, n = int(plan.row[i]), int(plan.offset[i]), int(plan.length[i])
+        valid = np.r_[np.ones(p_len[i], bool), c_mask[i, : c_len[i]]]
+        positions[r, o : o + n] = np.cumsum(valid) - 1
+        kv[r, o : o + n] = np.where(valid, kv[r, o : o + n], 0)
+    return positions, kv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +110,7 @@ class PackedLayout:
     tokens: np.ndarray  # [R, L]
     positions: np.ndarray  # [R, L]
     segment_ids: np.ndarray  # [R, L]
+    kv_segment_ids: np.ndarray  # [R, L]: segment_ids with pad tokens inside completions set to 0
     completion_index: np.ndarray  # [B, Tc] flat index into R * L (0 for padding)
     pairs: BlockPairs | None  # block-sparse attention only
 
@@ -92,6 +120,7 @@ class PackedLayout:
             "tokens": jnp.asarray(self.tokens),
             "positions": jnp.asarray(self.positions),
             "segment_ids": jnp.asarray(self.segment_ids),
+            "kv_segment_ids": jnp.asarray(self.kv_segment_ids),
             "completion_index": jnp.asarray(self.completion_index),
         }
         if self.pairs is not None:
@@ -119,9 +148,8 @@ def plan_layout(
 ) -> PackedLayout:
     """Best-fit-decreasing rows for one micro-batch (see ``pack_train_example`` for the arguments)."""
     p_ids, c_ids = np.asarray(prompt_ids), np.asarray(completion_ids)
-    p_len, c_len = _real_lengths(
-        np.asarray(prompt_mask).astype(bool), np.asarray(completion_mask).astype(bool)
-    )
+    c_mask = np.asarray(completion_mask).astype(bool)
+    p_len, c_len = _real_lengths(np.asarray(prompt_mask).astype(bool), c_mask)
     P = p_ids.shape[1]
     seqs = [np.concatenate([p_ids[i, P - p_len[i] :], c_ids[i, : c_len[i]]]) for i in range(len(p_ids))]
     plan = plan_rows(p_len + c_len, row_len, multiple_of=row_multiple)
@@ -138,7 +166,8 @@ def plan_layout(
     base = plan.row.astype(np.int64) * row_len + plan.offset + p_len  # flat index of completion token 0
     cols = np.arange(c_ids.shape[1])[None]
     completion_index = np.where(c_len[:, None] > cols, base[:, None] + cols, 0).astype(np.int32)
-    return PackedLayout(plan, rows.tokens, rows.positions, rows.segment_ids, completion_index, bp)
+    positions, kv_segment_ids = _holes(plan, rows, p_len, c_len, c_mask)
+    return PackedLayout(plan, rows.tokens, positions, rows.segment_ids, kv_segment_ids, completion_index, bp)
 
 
 def pack_train_example(

@@ -31,6 +31,7 @@ class PackedInputs:
     positions: jax.Array
     segment_ids: jax.Array
     completion_index: jax.Array
+    kv_segment_ids: jax.Array | None = None
     pair_row: jax.Array | None = None
     pair_q: jax.Array | None = None
     pair_k: jax.Array | None = None

@@ -40,7 +40,14 @@ def packed_per_token_logps(
     sequence. ``entropy=False`` (reference / old-policy passes) skips the entropies (returns None).
     """
     logits = packed_logits(
-        model, ex.tokens, ex.positions, ex.segment_ids, ex.pairs, attention=attention, block=block
+        model,
+        ex.tokens,
+        ex.positions,
+        ex.segment_ids,
+        ex.pairs,
+        attention=attention,
+        block=block,
+        kv_segment_ids=ex.kv_segment_ids,
     )[:, :-1]
     if temperature != 0.0 and temperature != 1.0:
         logits = logits / temperature
