@@ -120,7 +120,7 @@ def test_tiny_models_build_for_every_supported_family(bridge: types.ModuleType) 
     ("family", "size"), [(f, s) for f, fam in models.FAMILIES.items() for s in fam.sizes]
 )
 def test_every_named_size_is_a_tunix_config(bridge: types.ModuleType, family: str, size: str) -> None:
-    s = spec(model={"family": family, "size": size, "checkpointPath": "gs://b/w"})
+    s = spec(model={"family": family, "size": size, "checkpointPath": "gs://my-bucket/weights"})
     assert models.check_model_spec(s.model) == []
     assert models.model_config(s.model).num_layers > 2
 
