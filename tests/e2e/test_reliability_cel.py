@@ -183,7 +183,9 @@ def boundary_values(path: str, node: dict[str, Any]) -> list[Any]:
     return values
 
 
-_EDITABLE = sorted(LEAVES)
+_EDITABLE = sorted(path for path, node in LEAVES.items() if node.get("type") != "array")
+"""Scalar and map leaves. List fields (env, volumes, volumeMounts, rewards) have no single bound to step
+over; their items are checked by the rule cases (tests/api/cases.py) and the hostile suite."""
 
 
 @st.composite
@@ -333,6 +335,8 @@ IMMUTABLE_CHANGES: dict[str, dict[str, Any]] = {
     "podAnnotations": {"podAnnotations": {"a": "b"}},
     "serviceAccountName": {"serviceAccountName": "trainer-wi"},
     "env": {"env": [{"name": "XLA_FLAGS", "value": "--x"}]},
+    "data": {"data": {"source": "data/train.jsonl"}, "rewards": [{"name": "exactMatch"}]},
+    "rewards": {"data": {"source": "data/train.jsonl"}, "rewards": [{"name": "mathAnswer"}]},
     "volumes": {"volumes": [{"name": "scratch", "emptyDir": {}}]},
     "volumeMounts": {
         "volumes": [{"name": "scratch", "emptyDir": {}}],

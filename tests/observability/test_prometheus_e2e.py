@@ -78,7 +78,7 @@ def test_regression_and_stall_fire_and_the_stall_resolves(
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=runs.env(RLJOB_METRICS_ADDR="127.0.0.1"),
+                env=runs.env(RLJOB_METRICS_ADDR="127.0.0.1", RLJOB_METRICS_LINGER_SECONDS="30"),
                 cwd=runs.ROOT,
             )
         trainer_run["proc"] = proc
@@ -118,7 +118,7 @@ def test_regression_and_stall_fire_and_the_stall_resolves(
 
         # 4. The hang clears: steps resume and the alert resolves.
         trainer_run["release"].touch()
-        prom.wait_for(lambda: _step(prom) > held_at, 120, "steps after the release")
+        prom.wait_for(lambda: _step(prom) > held_at, 300, "steps after the release")  # may recompile first
         prom.wait_for(lambda: not _mine(prom.alerts("RLJobTrainingStalled")), 30, "the stall to resolve")
         assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     finally:
