@@ -57,6 +57,8 @@ RUN hack/install.sh project \
 ENV HOME=/home/rljob \
     JAX_COMPILATION_CACHE_DIR=/home/rljob/.cache/jax
 WORKDIR /home/rljob
+# The examples' local files (the tiny demo's tokenizer and dataset): relative paths in an RLJob resolve here.
+COPY --chown=10001:10001 examples/ examples/
 USER 10001:10001
 # Exec form: tini, then Python, with no shell in between to swallow SIGTERM.
 ENTRYPOINT ["tini", "--", "python", "-m", "rljob_trainer"]

@@ -72,10 +72,14 @@ BAD = {
     "missing checkpoint": ({"model.size": "8b"}, "spec.model.checkpointPath: required"),
     "checkpoint not a dir": (
         {"model.size": "8b", "model.checkpointPath": "/nonexistent/q"},
-        "spec.model.checkpointPath: /nonexistent/q is not a directory",
+        "spec.model.checkpointPath: /nonexistent/q does not exist",
     ),
-    "tiny with checkpoint": ({"model.checkpointPath": "/x"}, "spec.model.checkpointPath"),
-    "tiny with tokenizer": ({"model.tokenizerPath": "/x"}, "spec.model.tokenizerPath"),
+    "tiny with missing checkpoint": ({"model.checkpointPath": "/x"}, "spec.model.checkpointPath: /x does not"),
+    "missing tokenizer": ({"model.tokenizerPath": "/x"}, "spec.model.tokenizerPath: /x does not exist"),
+    "real size without data": (
+        {"model.size": "0.6b", "model.checkpointPath": "hf://Qwen/Qwen3-0.6B"},
+        "spec.data: required for size 0.6b",
+    ),
     "row too short": ({"packing.maxSeqTokenPerTpu": 32}, "spec.packing.maxSeqTokenPerTpu"),
     "row not a multiple of 128": (
         {"packing.maxSeqTokenPerTpu": 320},

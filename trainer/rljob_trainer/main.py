@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING
 
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
-from rljob_trainer import models, rollout, sigterm
+from rljob_trainer import models, rollout, sigterm, sources, startup
 from rljob_trainer.console import console
 from rljob_trainer.options import add_train_options
 from rljob_trainer.progress import StepCallback, StepRecorder, summary
-from rljob_trainer.task import EmitTask
 
 if TYPE_CHECKING:  # importing the bridge imports JAX and Tunix: only when training
     from rljob_trainer import tunix_bridge
@@ -84,8 +83,8 @@ def apply_overrides(job: RLJob, args: argparse.Namespace, source: str) -> RLJob:
     return parse_rljob(manifest, f"{source} (with command-line overrides)")
 
 
-def preflight(job: RLJob, task: EmitTask) -> list[str]:
-    """Every startup problem no retry can fix, as ``path: message`` lines. Pure Python (no JAX)."""
+def preflight(job: RLJob) -> list[str]:
+    """Every startup problem no retry can fix that shows without fetching, as ``path: message`` lines."""
     spec = job.spec
     errors = models.check_model_spec(spec.model)
     errors += rollout.check_rollout_spec(spec)
@@ -95,21 +94,20 @@ def preflight(job: RLJob, task: EmitTask) -> list[str]:
             f"spec.packing.maxSeqTokenPerTpu: {row} is shorter than spec.maxTargetLength "
             f"({spec.maxTargetLength}); a whole prompt+completion must fit one packed row"
         )
-    if models.is_tiny(spec.model) and task.max_prompt_tokens() > spec.maxPrefillPredictLength:
-        errors.append(
-            f"spec.maxPrefillPredictLength: {spec.maxPrefillPredictLength} cannot hold the task's longest "
-            f"prompt ({task.max_prompt_tokens()} tokens with BOS)"
-        )
     return errors
 
 
-def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_bridge.TunixRun:
+def train(
+    job: RLJob, callbacks: list[StepCallback] | None = None, workload: startup.Workload | None = None
+) -> tunix_bridge.TunixRun:
     """Build the Tunix trainer for ``job`` and run it; returns the run (its recorder holds every StepReport,
-    its cluster the trained actor).
+    its cluster the trained actor). ``workload`` comes from ``startup.prepare`` (prepared here if not given).
 
     Raises RLJobError for config problems found while building (e.g. the engine needs another backend).
     """
     from rljob_trainer import checkpoint, distributed, metrics, tunix_bridge
+
+    workload = workload if workload is not None else startup.prepare(job)
 
     procs = distributed.initialize()  # issue 6: join the other hosts before any JAX computation
     import jax
@@ -118,7 +116,6 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
     backend_errors = rollout.check_backend(spec, jax.default_backend())
     if backend_errors:
         raise RLJobError(backend_errors, job.metadata.name, "cannot be trained on this host")
-    task = EmitTask(seed=spec.grpo.seed, batch_size=spec.grpo.batchSize)
     recorder = StepRecorder(
         max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0, callbacks=callbacks
     )
@@ -139,13 +136,19 @@ def train(job: RLJob, callbacks: list[StepCallback] | None = None) -> tunix_brid
     from rljob_trainer.packing.rows import RowTooShortError
 
     try:
-        run = tunix_bridge.build(spec, task.reward_fns(), recorder)
+        run = tunix_bridge.build(
+            spec,
+            workload.reward_fns,
+            recorder,
+            tokenizer=workload.tokenizer,
+            checkpoint_dir=workload.checkpoint_dir,
+        )
     except RowTooShortError as exc:  # the packed learner's own startup check: a config error, not a crash
         raise RLJobError(
             [f"spec.packing.maxSeqTokenPerTpu: {exc}"], job.metadata.name, "cannot be trained"
         ) from None
     start = ckpt.resume(run)  # newest readable checkpoint (0: none)
-    run.train(task.batches(start, spec.grpo.maxSteps))
+    run.train(workload.data.batches(start, spec.grpo.maxSteps))
     ckpt.close()
     return run
 
@@ -176,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         job = load_rljob(args.config)
         job = apply_overrides(job, args, args.config)
-        errors = preflight(job, EmitTask(seed=job.spec.grpo.seed, batch_size=job.spec.grpo.batchSize))
+        errors = preflight(job)
         if errors:  # a valid RLJob (`rljob validate` agrees) that this trainer cannot run as given
             raise RLJobError(errors, args.config, "cannot be trained")
         missing = [name for name in ("jax", "tunix") if importlib.util.find_spec(name) is None]
@@ -189,9 +192,13 @@ def run(args: argparse.Namespace) -> int:
                 args.config,
                 "cannot be trained here",
             )
+        workload = startup.prepare(job)  # downloads, tokenizer, data, rewards: still before JAX
     except RLJobError as exc:
         print(f"--config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except sources.SourceUnavailable as exc:  # the network or a server failed: a retry may work
+        print(f"source unavailable (retryable): {exc}", file=sys.stderr)
+        return EXIT_RETRYABLE
 
     _configure_logging()
     spec = job.spec
@@ -204,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     callbacks: list[StepCallback] = [] if args.quiet else [console(spec.grpo.maxSteps, every=args.log_every)]
     started = time.perf_counter()
     try:
-        run = train(job, callbacks)
+        run = train(job, callbacks, workload)
     except RLJobError as exc:
         print(exc, file=sys.stderr)
         return EXIT_BAD_CONFIG

@@ -12,12 +12,14 @@ the field named, before any accelerator is touched.
 from __future__ import annotations
 
 import importlib
-import os
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
-from rljob_trainer import task
+from rljob_trainer import sources, task
 
 TINY = "tiny"
 
@@ -110,40 +112,46 @@ FAMILIES: dict[str, Family] = {
 
 
 def check_model_spec(model: ModelSpec) -> list[str]:
-    """Every problem with spec.model, as ``path: message`` lines (empty when it can be built)."""
+    """Every problem with spec.model visible without fetching, as ``path: message`` lines."""
     family = FAMILIES.get(model.family)
     if family is None:
         return [f"spec.model.family: unknown family {model.family!r}; known: {', '.join(FAMILIES)}"]
-    errors = []
     if model.size != TINY and model.size not in family.sizes:
         known = ", ".join([TINY, *family.sizes])
-        errors.append(
-            f"spec.model.size: unknown size {model.size!r} for family {model.family}; known: {known}"
-        )
-        return errors
-    if model.size == TINY:
-        if model.checkpointPath is not None:
-            errors.append(
-                "spec.model.checkpointPath: size tiny is a random model; unset checkpointPath or "
-                "pick a real size"
-            )
-        if model.tokenizerPath is not None:
-            errors.append(
-                "spec.model.tokenizerPath: size tiny uses the built-in 256-token tokenizer; unset it"
-            )
-        return errors
-    if model.checkpointPath is None:
-        errors.append(
+        return [f"spec.model.size: unknown size {model.size!r} for family {model.family}; known: {known}"]
+    path = model.checkpointPath
+    if path is None:
+        if model.size == TINY:
+            return []
+        return [
             f"spec.model.checkpointPath: required for size {model.size} (only size tiny starts from "
             "random weights)"
-        )
-    elif "://" not in model.checkpointPath:  # local: check now; remote (gs://) is checked by the loader
-        path = model.checkpointPath
-        if not os.path.isdir(path):
-            errors.append(f"spec.model.checkpointPath: {path} is not a directory")
-        elif not any(name.endswith(".safetensors") for name in os.listdir(path)):
-            errors.append(f"spec.model.checkpointPath: no *.safetensors files in {path}")
-    return errors
+        ]
+    if sources.kind(path) != "local":  # remote: fetched (and then checked) at start-up
+        return []
+    errors = sources.check_local(path, "spec.model.checkpointPath", want="dir")
+    return errors or check_checkpoint_dir(Path(path), model)
+
+
+MODEL_TYPES = {"qwen3": ("qwen3",), "qwen2": ("qwen2",), "llama3": ("llama",), "gemma3": ("gemma3", "gemma3_text")}
+"""config.json model_type values each family's Tunix loader reads."""
+
+
+def check_checkpoint_dir(path: Path, model: ModelSpec) -> list[str]:
+    """A Hugging Face-format checkpoint directory of the right family, as ``path: message`` lines."""
+    field = "spec.model.checkpointPath"
+    if not any(path.glob("*.safetensors")):
+        return [f"{field}: no *.safetensors files in {path}"]
+    config = path / "config.json"
+    if not config.is_file():
+        return [f"{field}: no config.json in {path}"]
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (OSError, ValueError) as exc:
+        return [f"{field}: {config} is not readable JSON ({exc})"]
+    if model_type not in MODEL_TYPES[model.family]:
+        return [f"{field}: config.json says model_type {model_type!r}, but spec.model.family is {model.family}"]
+    return []
 
 
 def is_tiny(model: ModelSpec) -> bool:
@@ -164,33 +172,77 @@ def model_config(model: ModelSpec) -> Any:
     return getattr(config_cls, family.sizes[model.size])()
 
 
-def build_model(model: ModelSpec, mesh: Any, seed: int) -> Any:
-    """A fresh Tunix model: random from ``seed`` for tiny, else the checkpoint's weights.
+def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | None = None) -> Any:
+    """A Tunix model: the checkpoint's weights (Tunix's safetensors loader) or, without one, random from
+    ``seed`` (size tiny). Called once per role (actor, reference), which must start identical.
 
-    Called once per role (actor, reference): for tiny the same seed gives identical weights, which is
-    what GRPO's reference model must start as.
+    Raises RLJobError when the checkpoint's shapes do not fit spec.model.family/size.
     """
     from flax import nnx
 
     family = FAMILIES[model.family]
     config = model_config(model)
-    if model.size == TINY:
+    if checkpoint_dir is None:
         model_cls = getattr(importlib.import_module(family.module), family.model_class)
         with mesh:
             return model_cls(config, rngs=nnx.Rngs(params=seed))
     import jax.numpy as jnp
 
+    errors = _config_mismatch(checkpoint_dir, config, model)
+    if errors:
+        raise RLJobError(errors)
     loader = importlib.import_module(family.params_module)
-    return loader.create_model_from_safe_tensors(model.checkpointPath, config, mesh=mesh, dtype=jnp.bfloat16)
+    dtype = jnp.float32 if model.size == TINY else jnp.bfloat16
+    try:
+        return loader.create_model_from_safe_tensors(str(checkpoint_dir), config, mesh=mesh, dtype=dtype)
+    except (ValueError, AssertionError, KeyError) as exc:  # Tunix's loader: shape or name mismatch
+        raise RLJobError(
+            [f"spec.model.checkpointPath: does not fit {model.family}/{model.size}: {str(exc)[:300]}"]
+        ) from None
 
 
-def build_tokenizer(model: ModelSpec) -> Any:
-    """The built-in tokenizer for tiny; otherwise the Hugging Face tokenizer next to the weights."""
-    if model.size == TINY:
+_SHAPE_KEYS = (("num_hidden_layers", "num_layers"), ("hidden_size", "embed_dim"), ("vocab_size", "vocab_size"))
+
+
+def _config_mismatch(checkpoint_dir: Path, config: Any, model: ModelSpec) -> list[str]:
+    """config.json against the Tunix config of family/size: layers, width, vocabulary."""
+    hf = json.loads((checkpoint_dir / "config.json").read_text())
+    hf = hf.get("text_config", hf)
+    out = []
+    for hf_key, tunix_key in _SHAPE_KEYS:
+        if tunix_key == "vocab_size" and not hasattr(config, tunix_key):
+            tunix_key = "num_embed"  # gemma3
+        want, got = getattr(config, tunix_key, None), hf.get(hf_key)
+        if want is not None and got is not None and want != got:
+            out.append(f"{hf_key} {got} (spec.model {model.family}/{model.size} has {want})")
+    if out:
+        return [f"spec.model.checkpointPath: config.json does not match the model: {', '.join(out)}"]
+    return []
+
+
+def build_tokenizer(path: Path | None) -> Any:
+    """The built-in 256-character tokenizer without a path; else the Hugging Face tokenizer there
+    (tokenizer.json, its tokenizer_config.json and chat template). A file path means its directory."""
+    if path is None:
         return task.CharTokenizer()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model.tokenizerPath or model.checkpointPath)
+    return AutoTokenizer.from_pretrained(str(path.parent if path.is_file() else path))
+
+
+def tokenizer_vocab_size(tokenizer: Any) -> int:
+    """Ids the tokenizer can produce (specials and added tokens included)."""
+    if isinstance(tokenizer, task.CharTokenizer):
+        return task.VOCAB_SIZE
+    return len(tokenizer)
+
+
+def vocab_size(model: ModelSpec, checkpoint_dir: Path | None) -> int:
+    """The model's vocabulary without importing JAX: config.json's, else the tiny model's."""
+    if checkpoint_dir is not None:
+        hf = json.loads((checkpoint_dir / "config.json").read_text())
+        return int(hf.get("text_config", hf)["vocab_size"])
+    return task.VOCAB_SIZE
 
 
 def vllm_model_path(model: ModelSpec) -> str:

@@ -1,19 +1,12 @@
-"""The built-in synthetic task: offline prompts, a verifiable reward and a trivial tokenizer.
+"""The built-in tokenizer of size tiny: one printable ASCII character per token, no files needed.
 
-Why it exists: the demo and the tests must train something real without a model hub or a dataset
-download. "emit X" asks the model to write the character X; the reward is the fraction of the
-completion's characters that are X, so it is dense (a random 256-token model already scores ~0.004
-and group members differ), verifiable, and a 2-layer random model learns it within ~30-60 GRPO steps.
-
-Everything here is text-level, so the same task also runs with a real model's tokenizer.
-Data is addressed by step (``batch_at(step)``): the data position is just the step number, which is
-what makes resuming from a checkpoint exact.
+Why it exists: tests and RLJobs with size tiny and no tokenizerPath must run offline without a tokenizer
+file. The demo task itself is ordinary data and an ordinary reward ("emit a:" prompts, reward
+answerCharFraction: ``data.emit_dataset`` and ``rewards.answer_char_fraction``), and the demo example
+(examples/tiny-cpu.yaml) uses a real tokenizer.json instead (examples/tiny/).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,52 +48,3 @@ class CharTokenizer:
 
     def pad_id(self) -> int:
         return PAD_ID
-
-
-def emit_reward(prompts: list[str], completions: list[str], target: list[str], **_: object) -> list[float]:
-    """Fraction of the completion's characters equal to the prompt's target; empty completions score 0."""
-    rewards = []
-    for completion, t in zip(completions, target, strict=True):
-        rewards.append(completion.count(str(t)) / len(completion) if completion else 0.0)
-    return rewards
-
-
-@dataclass(frozen=True)
-class EmitTask:
-    """Prompts "emit X:" with X drawn from ``targets``, deterministic per (seed, step).
-
-    A single target (the default) is learnable by a tiny random model in a few dozen steps; more
-    targets make the model condition on the prompt and need more steps.
-    """
-
-    seed: int
-    batch_size: int
-    targets: str = "a"
-
-    name = "emit"
-
-    def prompt(self, target: str) -> str:
-        return f"emit {target}:"
-
-    def max_prompt_tokens(self) -> int:
-        """Longest prompt in tokens, BOS included (the sampler prepends BOS; it must fit the prompt window)."""
-        return 1 + max(len(self.prompt(t)) for t in self.targets)
-
-    def batch_at(self, step: int) -> dict[str, np.ndarray]:
-        """The batch of global step ``step``: the same for the same (seed, step), whatever ran before.
-
-        Prompts are an np.ndarray (Tunix's learner repeats every field with np.repeat).
-        """
-        rng = np.random.default_rng([self.seed, step])
-        picks = rng.integers(0, len(self.targets), size=self.batch_size)
-        target = np.array([self.targets[i] for i in picks])
-        prompts = np.array([self.prompt(t) for t in target])
-        return {"prompts": prompts, "target": target}
-
-    def batches(self, start_step: int, num_steps: int) -> Iterator[dict[str, np.ndarray]]:
-        """Batches for steps start_step .. num_steps-1 (finite, so the learner also stops on data)."""
-        for step in range(start_step, num_steps):
-            yield self.batch_at(step)
-
-    def reward_fns(self) -> list:
-        return [emit_reward]

@@ -23,6 +23,7 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -287,13 +288,21 @@ class TunixRun:
         self.learner.train(batches)
 
 
-def build(spec: RLJobSpec, reward_fns: list, recorder: StepRecorder, start_step: int = 0) -> TunixRun:
+def build(
+    spec: RLJobSpec,
+    reward_fns: list,
+    recorder: StepRecorder,
+    start_step: int = 0,
+    tokenizer: Any = None,
+    checkpoint_dir: Path | None = None,
+) -> TunixRun:
     """Build models, cluster and learner for ``spec``. ``start_step`` is the number of steps already done
-    (a resumed run), so step numbers and rollout seeds continue where they left off."""
+    (a resumed run), so step numbers and rollout seeds continue where they left off. ``tokenizer`` and
+    ``checkpoint_dir`` come from ``startup.prepare`` (defaults: the built-in tokenizer, random weights)."""
     mesh = make_mesh(spec.tpu.slices)
-    tokenizer = models.build_tokenizer(spec.model)
-    actor = models.build_model(spec.model, mesh, seed=spec.grpo.seed)
-    reference = models.build_model(spec.model, mesh, seed=spec.grpo.seed) if spec.grpo.beta > 0 else None
+    tokenizer = tokenizer if tokenizer is not None else models.build_tokenizer(None)
+    actor = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir)
+    reference = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir) if spec.grpo.beta > 0 else None
     cluster = rl_cluster_lib.RLCluster(
         actor=actor,
         reference=reference,

@@ -1,0 +1,136 @@
+"""spec.data -> the prompts Tunix trains on, addressed by step so a resumed run sees exactly what an
+uninterrupted one would.
+
+Loaded with ``datasets`` (JSONL/JSON or Parquet files, a directory of them, or a Hub dataset snapshot with
+its configs), shuffled once with ``spec.grpo.seed``, capped at ``maxExamples``. Each prompt is framed once
+up front: the system prompt, and the tokenizer's chat template when ``chatTemplate`` is true.
+
+Batch ``k`` (0-based global step) holds examples ``k*B .. k*B+B-1`` of the shuffled order, wrapping around at
+the end (each pass over the data is one epoch in the same order), so the data position is a pure function of
+the step: a checkpoint at step ``k`` has consumed ``k*B`` examples and resume needs nothing else. Tunix gets
+``{"prompts": ..., <every other scalar column>: ...}`` as numpy arrays; the reward functions receive the
+other columns by name (``tunix/rl/reward_manager.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rljob.api.workload import DataSpec
+
+FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+EMIT_EXAMPLES = 64
+"""Rows of the built-in demo dataset (spec.data unset, size tiny)."""
+
+
+class DataError(ValueError):
+    """A dataset that cannot be trained on; the message names the field."""
+
+
+@dataclass(frozen=True)
+class PromptData:
+    """The framed, shuffled, capped examples and the batch size: everything ``batch_at`` needs."""
+
+    prompts: list[str]
+    columns: dict[str, list[Any]]  # other scalar columns, same order as prompts
+    batch_size: int
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def examples_before(self, step: int) -> int:
+        """Examples consumed by the first ``step`` steps: the data position a checkpoint records."""
+        return step * self.batch_size
+
+    def batch_at(self, step: int) -> dict[str, np.ndarray]:
+        """The batch of 0-based global step ``step`` (np arrays: Tunix repeats each field per generation)."""
+        n = len(self.prompts)
+        idx = [(step * self.batch_size + i) % n for i in range(self.batch_size)]
+        batch = {"prompts": np.array([self.prompts[i] for i in idx])}
+        for name, values in self.columns.items():
+            batch[name] = np.array([values[i] for i in idx])
+        return batch
+
+    def batches(self, start_step: int, num_steps: int) -> Iterator[dict[str, np.ndarray]]:
+        """Batches for steps start_step .. num_steps-1 (finite, so the learner also stops on data)."""
+        for step in range(start_step, num_steps):
+            yield self.batch_at(step)
+
+
+def emit_dataset() -> Any:
+    """The built-in demo dataset: "emit a:" prompts whose answer is "a" (with reward answerCharFraction)."""
+    import datasets
+
+    return datasets.Dataset.from_dict({"prompt": ["emit a:"] * EMIT_EXAMPLES, "answer": ["a"] * EMIT_EXAMPLES})
+
+
+def read(spec: DataSpec, local: Path) -> Any:
+    """The ``datasets.Dataset`` of ``spec.split`` at ``local`` (a file, a directory of files, or a Hub
+    dataset snapshot). Raises DataError naming the field."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.suffix in FILE_FORMATS)
+    try:
+        if (local.is_dir() and (local / "README.md").exists()) or (local.is_dir() and not files):
+            # a Hub dataset snapshot: its README declares the configs and splits
+            return datasets.load_dataset(str(local), name=spec.config, split=spec.split)
+        formats = {FILE_FORMATS.get(p.suffix) for p in files}
+        if None in formats or len(formats) != 1:
+            raise DataError(f"spec.data.source: {local}: expected .jsonl, .json or .parquet files, found {files}")
+        split = spec.split if local.is_dir() and spec.split != "train" else "train"
+        return datasets.load_dataset(formats.pop(), data_files=[str(p) for p in files], split=split)
+    except DataError:
+        raise
+    except ValueError as exc:  # unknown split or config: datasets says which exist
+        raise DataError(f"spec.data.split: {spec.split!r} (config {spec.config!r}): {exc}") from None
+    except Exception as exc:
+        raise DataError(f"spec.data.source: cannot read {local}: {type(exc).__name__}: {exc}") from None
+
+
+def prepare(
+    spec: DataSpec | None, dataset: Any, tokenizer: Any, seed: int, batch_size: int
+) -> PromptData:
+    """Check the fields, shuffle with ``seed``, cap, and frame every prompt."""
+    prompt_field = spec.promptField if spec else "prompt"
+    answer_field = spec.answerField if spec else "answer"
+    for field, name in (("promptField", prompt_field), ("answerField", answer_field)):
+        if name not in dataset.column_names:
+            raise DataError(
+                f"spec.data.{field}: no column {name!r} in the dataset (columns: {', '.join(dataset.column_names)})"
+            )
+    if len(dataset) == 0:
+        raise DataError("spec.data.source: the dataset has no examples")
+    dataset = dataset.shuffle(seed=seed)
+    if spec and spec.maxExamples:
+        dataset = dataset.select(range(min(spec.maxExamples, len(dataset))))
+    scalar = [
+        name
+        for name, feature in dataset.features.items()
+        if name != prompt_field and getattr(feature, "dtype", None) not in (None, "list", "dict")
+    ]
+    system = spec.systemPrompt if spec else None
+    chat = spec.chatTemplate if spec else False
+    if chat and not getattr(tokenizer, "chat_template", None):
+        raise DataError("spec.data.chatTemplate: the tokenizer has no chat template (set chatTemplate: false)")
+    prompts = [frame(str(p), system, chat, tokenizer) for p in dataset[prompt_field]]
+    return PromptData(prompts, {name: list(dataset[name]) for name in scalar}, batch_size)
+
+
+def frame(prompt: str, system: str | None, chat: bool, tokenizer: Any) -> str:
+    """One prompt as the model sees it: chat-templated messages, or the system prompt and a blank line."""
+    if chat:
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": prompt})
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return f"{system}\n\n{prompt}" if system else prompt
+
+
+def longest_prompt_tokens(data: PromptData, tokenizer: Any) -> int:
+    """Tokens of the longest framed prompt, BOS included (the sampler prepends it)."""
+    return 1 + max(len(tokenizer.encode(p)) for p in data.prompts)
