@@ -74,7 +74,10 @@ BAD = {
         {"model.size": "8b", "model.checkpointPath": "/nonexistent/q"},
         "spec.model.checkpointPath: /nonexistent/q does not exist",
     ),
-    "tiny with missing checkpoint": ({"model.checkpointPath": "/x"}, "spec.model.checkpointPath: /x does not"),
+    "tiny with missing checkpoint": (
+        {"model.checkpointPath": "/x"},
+        "spec.model.checkpointPath: /x does not",
+    ),
     "missing tokenizer": ({"model.tokenizerPath": "/x"}, "spec.model.tokenizerPath: /x does not exist"),
     "real size without data": (
         {"model.size": "0.6b", "model.checkpointPath": "hf://Qwen/Qwen3-0.6B"},

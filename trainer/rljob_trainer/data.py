@@ -66,7 +66,9 @@ def emit_dataset() -> Any:
     """The built-in demo dataset: "emit a:" prompts whose answer is "a" (with reward answerCharFraction)."""
     import datasets
 
-    return datasets.Dataset.from_dict({"prompt": ["emit a:"] * EMIT_EXAMPLES, "answer": ["a"] * EMIT_EXAMPLES})
+    return datasets.Dataset.from_dict(
+        {"prompt": ["emit a:"] * EMIT_EXAMPLES, "answer": ["a"] * EMIT_EXAMPLES}
+    )
 
 
 def read(spec: DataSpec, local: Path) -> Any:
@@ -82,7 +84,9 @@ def read(spec: DataSpec, local: Path) -> Any:
             return datasets.load_dataset(str(local), name=spec.config, split=spec.split)
         formats = {FILE_FORMATS.get(p.suffix) for p in files}
         if None in formats or len(formats) != 1:
-            raise DataError(f"spec.data.source: {local}: expected .jsonl, .json or .parquet files, found {files}")
+            raise DataError(
+                f"spec.data.source: {local}: expected .jsonl, .json or .parquet files, found {files}"
+            )
         split = spec.split if local.is_dir() and spec.split != "train" else "train"
         return datasets.load_dataset(formats.pop(), data_files=[str(p) for p in files], split=split)
     except DataError:
@@ -93,9 +97,7 @@ def read(spec: DataSpec, local: Path) -> Any:
         raise DataError(f"spec.data.source: cannot read {local}: {type(exc).__name__}: {exc}") from None
 
 
-def prepare(
-    spec: DataSpec | None, dataset: Any, tokenizer: Any, seed: int, batch_size: int
-) -> PromptData:
+def prepare(spec: DataSpec | None, dataset: Any, tokenizer: Any, seed: int, batch_size: int) -> PromptData:
     """Check the fields, shuffle with ``seed``, cap, and frame every prompt."""
     prompt_field = spec.promptField if spec else "prompt"
     answer_field = spec.answerField if spec else "answer"
@@ -117,7 +119,9 @@ def prepare(
     system = spec.systemPrompt if spec else None
     chat = spec.chatTemplate if spec else False
     if chat and not getattr(tokenizer, "chat_template", None):
-        raise DataError("spec.data.chatTemplate: the tokenizer has no chat template (set chatTemplate: false)")
+        raise DataError(
+            "spec.data.chatTemplate: the tokenizer has no chat template (set chatTemplate: false)"
+        )
     prompts = [frame(str(p), system, chat, tokenizer) for p in dataset[prompt_field]]
     return PromptData(prompts, {name: list(dataset[name]) for name in scalar}, batch_size)
 

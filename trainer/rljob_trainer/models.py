@@ -133,7 +133,12 @@ def check_model_spec(model: ModelSpec) -> list[str]:
     return errors or check_checkpoint_dir(Path(path), model)
 
 
-MODEL_TYPES = {"qwen3": ("qwen3",), "qwen2": ("qwen2",), "llama3": ("llama",), "gemma3": ("gemma3", "gemma3_text")}
+MODEL_TYPES = {
+    "qwen3": ("qwen3",),
+    "qwen2": ("qwen2",),
+    "llama3": ("llama",),
+    "gemma3": ("gemma3", "gemma3_text"),
+}
 """config.json model_type values each family's Tunix loader reads."""
 
 
@@ -150,7 +155,9 @@ def check_checkpoint_dir(path: Path, model: ModelSpec) -> list[str]:
     except (OSError, ValueError) as exc:
         return [f"{field}: {config} is not readable JSON ({exc})"]
     if model_type not in MODEL_TYPES[model.family]:
-        return [f"{field}: config.json says model_type {model_type!r}, but spec.model.family is {model.family}"]
+        return [
+            f"{field}: config.json says model_type {model_type!r}, but spec.model.family is {model.family}"
+        ]
     return []
 
 
@@ -201,7 +208,11 @@ def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | N
         ) from None
 
 
-_SHAPE_KEYS = (("num_hidden_layers", "num_layers"), ("hidden_size", "embed_dim"), ("vocab_size", "vocab_size"))
+_SHAPE_KEYS = (
+    ("num_hidden_layers", "num_layers"),
+    ("hidden_size", "embed_dim"),
+    ("vocab_size", "vocab_size"),
+)
 
 
 def _config_mismatch(checkpoint_dir: Path, config: Any, model: ModelSpec) -> list[str]:

@@ -52,7 +52,8 @@ def math_answer(completions: Sequence[str], answers: Sequence[Any], **_: Any) ->
 def exact_match(completions: Sequence[str], answers: Sequence[Any], **_: Any) -> list[float]:
     """1.0 when the completion's answer equals the reference answer (both trimmed)."""
     return [
-        1.0 if extract_answer(c) == reference_answer(a) else 0.0 for c, a in zip(completions, answers, strict=True)
+        1.0 if extract_answer(c) == reference_answer(a) else 0.0
+        for c, a in zip(completions, answers, strict=True)
     ]
 
 

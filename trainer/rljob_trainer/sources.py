@@ -94,11 +94,16 @@ def _fetch_hub(ref: HubRef, uri: str, field: str, files: tuple[str, ...] | None)
     try:
         return Path(
             snapshot_download(
-                ref.repo_id, revision=ref.revision, repo_type=ref.repo_type, allow_patterns=list(files or ["*"])
+                ref.repo_id,
+                revision=ref.revision,
+                repo_type=ref.repo_type,
+                allow_patterns=list(files or ["*"]),
             )
         )
     except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError) as exc:
-        raise RLJobError([f"{field}: {uri}: {_first_line(exc)} (is HF_TOKEN set for a private repo?)"]) from None
+        raise RLJobError(
+            [f"{field}: {uri}: {_first_line(exc)} (is HF_TOKEN set for a private repo?)"]
+        ) from None
     except hf_errors.RevisionNotFoundError as exc:
         raise RLJobError([f"{field}: {uri}: no such revision ({_first_line(exc)})"]) from None
     except hf_errors.LocalEntryNotFoundError as exc:
@@ -131,7 +136,9 @@ def _fetch_bucket(uri: str, field: str) -> Path:
     retry = Retry(timeout=RETRY_SECONDS)
     try:
         client = storage_client()
-        blobs = [b for b in client.list_blobs(bucket_name, prefix=path, retry=retry) if not b.name.endswith("/")]
+        blobs = [
+            b for b in client.list_blobs(bucket_name, prefix=path, retry=retry) if not b.name.endswith("/")
+        ]
         single = [b for b in blobs if b.name == path]
         chosen = single or [b for b in blobs if b.name.startswith(path + "/") or not path]
         if not chosen:

@@ -86,23 +86,31 @@ def prepare(job: RLJob) -> Workload:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" banner
     checkpoint_dir = None
     if spec.model.checkpointPath:
-        checkpoint_dir = sources.fetch(spec.model.checkpointPath, "spec.model.checkpointPath", sources.MODEL_FILES)
+        checkpoint_dir = sources.fetch(
+            spec.model.checkpointPath, "spec.model.checkpointPath", sources.MODEL_FILES
+        )
         errors = models.check_checkpoint_dir(checkpoint_dir, spec.model)
         if errors:
             raise RLJobError(errors)
     tokenizer_dir = None
     if spec.model.tokenizerPath:
-        tokenizer_dir = sources.fetch(spec.model.tokenizerPath, "spec.model.tokenizerPath", sources.MODEL_FILES)
+        tokenizer_dir = sources.fetch(
+            spec.model.tokenizerPath, "spec.model.tokenizerPath", sources.MODEL_FILES
+        )
     tokenizer_field = "spec.model.tokenizerPath" if spec.model.tokenizerPath else "spec.model.checkpointPath"
     try:
         tokenizer = models.build_tokenizer(tokenizer_dir or checkpoint_dir)
     except Exception as exc:
-        raise RLJobError([f"{tokenizer_field}: cannot load a tokenizer: {type(exc).__name__}: {exc}"]) from None
+        raise RLJobError(
+            [f"{tokenizer_field}: cannot load a tokenizer: {type(exc).__name__}: {exc}"]
+        ) from None
     vocab = models.tokenizer_vocab_size(tokenizer)
     limit = models.vocab_size(spec.model, checkpoint_dir)
     if vocab > limit:
         raise RLJobError(
-            [f"{tokenizer_field}: the tokenizer has {vocab} tokens, more than the model's vocabulary ({limit})"]
+            [
+                f"{tokenizer_field}: the tokenizer has {vocab} tokens, more than the model's vocabulary ({limit})"
+            ]
         )
     try:
         if spec.data is None:

@@ -302,7 +302,9 @@ def build(
     mesh = make_mesh(spec.tpu.slices)
     tokenizer = tokenizer if tokenizer is not None else models.build_tokenizer(None)
     actor = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir)
-    reference = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir) if spec.grpo.beta > 0 else None
+    reference = (
+        models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir) if spec.grpo.beta > 0 else None
+    )
     cluster = rl_cluster_lib.RLCluster(
         actor=actor,
         reference=reference,
