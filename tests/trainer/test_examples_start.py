@@ -19,7 +19,7 @@ from rljob.api import load_rljob, parse_rljob
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-IMAGE_ONLY = "spec.rollout.engine: vllm is not installed in this image"
+IMAGE_ONLY = "spec.rollout.engine: vllm is not installed"
 """The one start-up error that is about this test's Python environment, not the example: the v5e example
 names the vLLM image (WITH_VLLM=1); this venv has no vLLM."""
 
