@@ -13,16 +13,18 @@
 #   PYTHON       interpreter whose environment receives the packages (default: python)
 #   JAX_VARIANT  trainer only: tpu (jax[tpu], pulls libtpu; default) or cpu (plain jax, for CI machines
 #                without TPUs)
-#   WITH_VLLM    trainer only: 1 adds the vLLM TPU rollout backend (vllm-tpu + tpu-inference).
-#                Note: tpu-inference 0.32.0 pins jax 0.11.2 and an older qwix than google-tunix 0.1.7
-#                needs, so with today's pins this step fails to resolve; it stays opt-in until the
-#                trainer extra moves to a jax both accept.
+#   WITH_VLLM    trainer only: 1 adds the vLLM TPU rollout backend (vllm-tpu + tpu-inference 0.25.0, the
+#                newest pair that resolves with jax 0.10.2 on Python 3.11). Every tpu-inference release
+#                pins qwix==0.1.2 while google-tunix 0.1.7 asks for qwix>=0.1.6 (used only by Tunix's own
+#                LoRA CLI, never by rljob), which pip cannot reconcile: this step installs with uv and
+#                the override qwix==0.1.2 (docs/trainer.md, "The TPU image").
 set -euo pipefail
 
 PYTHON=${PYTHON:-python}
 JAX_VARIANT=${JAX_VARIANT:-tpu}
 WITH_VLLM=${WITH_VLLM:-0}
-VLLM_TPU_REQUIREMENTS=("vllm-tpu==0.32.0" "tpu-inference==0.32.0")
+VLLM_TPU_REQUIREMENTS=("vllm-tpu==0.25.0" "tpu-inference==0.25.0")
+VLLM_TPU_OVERRIDE="qwix==0.1.2"
 
 usage() {
   echo "usage: $0 deps operator|trainer | $0 project" >&2
@@ -65,10 +67,14 @@ case "$1" in
     [[ $# -eq 2 && ( "$2" == operator || "$2" == trainer ) ]] || usage
     mapfile -t reqs < <(requirements "$2")
     [[ ${#reqs[@]} -gt 0 ]] || { echo "no requirements found for $2" >&2; exit 1; }
+    echo "install.sh: $2 dependencies (jax: ${JAX_VARIANT}, vllm: ${WITH_VLLM}): ${reqs[*]}" >&2
     if [[ "$2" == trainer && "${WITH_VLLM}" == 1 ]]; then
       reqs+=("${VLLM_TPU_REQUIREMENTS[@]}")
+      pip_install "uv>=0.5"
+      "${PYTHON}" -m uv pip install --python "${PYTHON}" --override <(echo "${VLLM_TPU_OVERRIDE}") \
+        "setuptools>=69" "${reqs[@]}"
+      exit 0
     fi
-    echo "install.sh: $2 dependencies (jax: ${JAX_VARIANT}, vllm: ${WITH_VLLM}): ${reqs[*]}" >&2
     # setuptools is the build backend of `install.sh project`; installed here so that step needs no
     # network for the build and the project step can use --no-build-isolation.
     pip_install "setuptools>=69" "${reqs[@]}"
@@ -77,8 +83,15 @@ case "$1" in
     [[ $# -eq 1 ]] || usage
     [[ -f pyproject.toml ]] || { echo "run from the source root (no pyproject.toml here)" >&2; exit 1; }
     pip_install --no-deps --no-build-isolation .
-    # Every dependency of what was installed must already be there (the deps step installed them).
-    "${PYTHON}" -m pip check
+    # Every dependency of what was installed must already be there (the deps step installed them). The one
+    # mismatch allowed is the vLLM image's override (deps step, WITH_VLLM=1): qwix 0.1.2 under Tunix.
+    if ! report=$("${PYTHON}" -m pip check); then
+      unexpected=$(grep -v "has requirement qwix>=.*but you have qwix ${VLLM_TPU_OVERRIDE#qwix==}" <<<"${report}" || true)
+      if [[ -n "${unexpected}" ]]; then
+        echo "${report}" >&2
+        exit 1
+      fi
+    fi
     ;;
   *) usage ;;
 esac

@@ -18,6 +18,13 @@ from rljob_cli.main import build_parser, main
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-cpu.yaml"
 NOT_UTF8 = EXAMPLE.read_bytes() + b"# caf\xe9\n"
+TWO_DOCS_SECOND_BAD = (
+    EXAMPLE.read_text() + "---\n" + EXAMPLE.read_text().replace("maxSteps: 25", "maxSteps: -1")
+)
+DUPLICATE_KEY = EXAMPLE.read_text().replace("spec:\n", "spec:\n  suspend: false\n  suspend: true\n", 1)
+A_LIST = yaml.safe_dump(
+    {"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(EXAMPLE.read_text())] * 2}
+)
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -51,6 +58,19 @@ CASES = [
     ("validate example", ["validate", "-f", str(EXAMPLE)], 0, "RLJob tiny-cpu is valid"),
     ("validate folder", ["validate", "-f", str(ROOT / "examples")], 0, "RLJob grpo-v5e is valid"),
     ("validate not UTF-8", ["validate", "-f", "{notutf8}"], 1, "not UTF-8 text (byte 0xe9)"),
+    (
+        "validate multi-doc",
+        ["validate", "-f", "{twodocs}"],
+        1,
+        "(document 2) is invalid:\n  - spec.grpo.maxSteps",
+    ),
+    (
+        "validate duplicate key",
+        ["validate", "-f", "{dup}"],
+        1,
+        'key "suspend" already set in this mapping at line',
+    ),
+    ("validate List", ["validate", "-f", "{list}"], 0, "(items[1]): RLJob tiny-cpu is valid"),
     ("render not UTF-8", ["render", "-f", "{notutf8}"], 1, "not UTF-8 text (byte 0xe9)"),
     ("train not UTF-8", ["train", "-f", "{notutf8}"], 2, "not UTF-8 text (byte 0xe9)"),
     ("train missing file", ["train", "-f", "{tmp}/none.yaml"], 2, "no such file or directory"),
@@ -67,7 +87,13 @@ CASES = [
 
 @pytest.mark.parametrize(("case", "argv", "code", "text"), CASES, ids=[c[0] for c in CASES])
 def test_cli_table(tmp_path: Path, capsys, case: str, argv: list[str], code: int, text: str) -> None:
-    files = {"tmp": str(tmp_path), "notutf8": write(tmp_path, "latin1.yaml", NOT_UTF8)}
+    files = {
+        "tmp": str(tmp_path),
+        "notutf8": write(tmp_path, "latin1.yaml", NOT_UTF8),
+        "twodocs": write(tmp_path, "two.yaml", TWO_DOCS_SECOND_BAD),
+        "dup": write(tmp_path, "dup.yaml", DUPLICATE_KEY),
+        "list": write(tmp_path, "list.yaml", A_LIST),
+    }
     if any("{real}" in a for a in argv):
         files["real"] = untrainable(tmp_path)
     got, out, err = run([a.format(**files) for a in argv], capsys)

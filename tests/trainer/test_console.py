@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+import types
 
 import numpy as np
 from rljob_trainer import console
@@ -63,3 +64,13 @@ def test_cpu_runs_do_not_warn_about_missing_tpus(caplog) -> None:
     logging.getLogger("absl").warning("Skipping non-TPU device: %s. You might be missing jax[tpu]", "cpu")
     logging.getLogger("absl").warning("something else")
     assert [r.getMessage() for r in caplog.records] == ["something else"]
+
+
+def test_resharding_onto_one_device_is_quiet_but_onto_many_is_kept(caplog) -> None:
+    _configure_logging()
+    absl = logging.getLogger("absl")
+    one, eight = types.SimpleNamespace(size=1), types.SimpleNamespace(size=8)
+    absl.warning("Resharding model from %s to %s", None, one)  # RLCluster placing a fresh CPU model
+    absl.warning("Resharding model from %s to %s", None, eight)  # moves real weights: worth a line
+    absl.warning("Resharding model from %s to %s", one, one)
+    assert [r.args[1].size for r in caplog.records] == [8, 1]

@@ -160,13 +160,25 @@ def _configure_logging() -> None:
         from absl import logging as absl_logging
 
         absl_logging.set_verbosity(absl_logging.WARNING)
-        # Tunix's HBM report warns "Skipping non-TPU device: cpu. You might be missing jax[tpu]" on every
-        # CPU run: not a problem on CPU, and misleading in the demo.
-        logging.getLogger("absl").addFilter(
-            lambda record: not str(record.msg).startswith("Skipping non-TPU device")
-        )
+        logging.getLogger("absl").addFilter(_quiet_on_one_device)
     except ImportError:
         pass
+
+
+def _quiet_on_one_device(record: logging.LogRecord) -> bool:
+    """Drop two Tunix warnings that say nothing on a CPU run and confuse a first-time user.
+
+    "Skipping non-TPU device: cpu. You might be missing jax[tpu]" comes from Tunix's HBM report on every
+    CPU step; "Resharding model from None to <mesh of 1 device>" from RLCluster placing an unsharded model
+    on a one-device mesh (a no-op). Resharding onto a larger mesh is kept: there it moves real weights.
+    """
+    message = str(record.msg)
+    if message.startswith("Skipping non-TPU device"):
+        return False
+    if message.startswith("Resharding model from") and len(record.args or ()) == 2:
+        source, target = record.args  # type: ignore[misc]
+        return not (source is None and getattr(target, "size", 0) == 1)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
             raise RLJobError(
                 [
                     f"{' and '.join(missing)} not installed in this Python environment: "
-                    "pip install 'rljob[trainer]' (CPU; docs/trainer.md lists the TPU set)"
+                    "pip install 'rljob[trainer]' (CPU) or 'rljob[tpu]' (TPU)"
                 ],
                 args.config,
                 "cannot be trained here",
