@@ -28,6 +28,15 @@ def created_suspended(job: RLJob) -> bool:
     return job.spec.suspend or job.spec.queueName is not None
 
 
+def queue_labels(job: RLJob) -> dict[str, str]:
+    """The Kueue queue label, which hands the JobSet to Kueue. Left off while the RLJob is suspended: Kueue
+    would admit and start it at once (a suspended JobSet is only "not admitted yet" to Kueue); the
+    operator adds it when the user resumes (``reconcile.toggle_suspend``)."""
+    if job.spec.queueName and not job.spec.suspend:
+        return {names.QUEUE_LABEL: job.spec.queueName}
+    return {}
+
+
 def exclusive_placement(shape: SliceShape) -> bool:
     """One slice per node pool, where that matters: a multi-host slice must not share its pool's hosts
     with another job's pods, and several slices must land on different pools. A single-host slice takes
@@ -53,9 +62,7 @@ def slice_job_template(job: RLJob, shape: SliceShape, options: RenderOptions) ->
 
 def jobset(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[str, Any]:
     """The JobSet manifest."""
-    labels = owned_labels(job)
-    if job.spec.queueName:
-        labels[names.QUEUE_LABEL] = job.spec.queueName
+    labels = owned_labels(job) | queue_labels(job)
     metadata: dict[str, Any] = {"name": names.jobset_name(job.metadata.name)}
     if job.metadata.namespace:
         metadata["namespace"] = job.metadata.namespace

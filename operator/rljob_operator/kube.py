@@ -97,6 +97,29 @@ class Kube:
             {"spec": {"suspend": suspend}},
         )
 
+    def label_jobset(self, ns: str, name: str, labels: dict[str, str]) -> None:
+        """Add labels (a merge patch of ``metadata.labels``; the spec is untouched)."""
+        self.custom.patch_namespaced_custom_object(
+            names.JOBSET_GROUP,
+            names.JOBSET_VERSION,
+            ns,
+            names.JOBSET_PLURAL,
+            name,
+            {"metadata": {"labels": labels}},
+        )
+
+    def set_workload_active(self, ns: str, jobset_uid: str, active: bool) -> bool:
+        """Set ``spec.active`` of the Kueue Workload(s) of a JobSet; False when Kueue has made none yet."""
+        api = (names.KUEUE_GROUP, names.KUEUE_VERSION, ns, names.WORKLOAD_PLURAL)
+        found = self.custom.list_namespaced_custom_object(
+            *api, label_selector=f"{names.JOB_UID_LABEL}={jobset_uid}"
+        )["items"]
+        for workload in found:
+            self.custom.patch_namespaced_custom_object(
+                *api, workload["metadata"]["name"], {"spec": {"active": active}}
+            )
+        return bool(found)
+
     # --- the RLJob -----------------------------------------------------------------------------------
 
     def get_rljob(self, ns: str, name: str) -> dict[str, Any] | None:

@@ -68,6 +68,10 @@ MAX_RUN_DURATION_LABEL = "cloud.google.com/gke-max-run-duration-seconds"
 
 # --- Kueue -------------------------------------------------------------------------------------------
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+"""Kueue labels each Workload with the UID of the job (here: the JobSet) it admits."""
+KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta1", "workloads"
+"""v1beta1: served by every Kueue release that has ``Workload.spec.active`` (v0.17 serves v1beta2 too)."""
 
 
 def config_map_name(rljob_name: str) -> str:

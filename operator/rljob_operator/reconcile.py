@@ -173,17 +173,32 @@ def _create_failed(kube: Kube, raw: dict[str, Any], kind: str, exc: ApiException
 
 
 def toggle_suspend(kube: Kube, body: Mapping[str, Any], suspend: bool) -> None:
-    """``spec.suspend`` changed: set the JobSet's ``spec.suspend`` to match, and nothing else."""
+    """``spec.suspend`` changed: suspend or resume the JobSet, never touching anything else of it.
+
+    Without a queue, the JobSet's ``spec.suspend`` follows. With one, Kueue owns that field (it unsuspends
+    on admission and would undo a suspend of an admitted JobSet), so the operator never writes it:
+    suspending deactivates the Kueue Workload (Kueue evicts it, suspends the JobSet and frees the quota);
+    resuming activates it again, or, for a JobSet created while the RLJob was suspended, adds the queue
+    label that hands it to Kueue (``jobset.queue_labels``).
+    """
     status = body.get("status") or {}
     if is_terminal(status):
         return
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    try:
-        kube.set_jobset_suspend(ns, names.jobset_name(name), suspend)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    queue = (body.get("spec") or {}).get("queueName")
+    jobset = kube.get_jobset(ns, names.jobset_name(name))
+    if jobset is None:
         log.info("JobSet of %s/%s not there yet; it will be created with suspend=%s", ns, name, suspend)
+        return
+    if not queue:
+        kube.set_jobset_suspend(ns, names.jobset_name(name), suspend)
+        return
+    if names.QUEUE_LABEL not in (jobset["metadata"].get("labels") or {}):
+        if not suspend:  # created while suspended: hand it to Kueue now
+            kube.label_jobset(ns, names.jobset_name(name), {names.QUEUE_LABEL: queue})
+        return
+    if not kube.set_workload_active(ns, jobset["metadata"]["uid"], not suspend):
+        raise kopf.TemporaryError(f"Kueue has no Workload for JobSet {ns}/{name} yet", delay=2)
 
 
 def on_jobset_event(

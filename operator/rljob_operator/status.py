@@ -8,7 +8,9 @@ The handlers feed it every JobSet event and write what it returns; they decide n
   fails the RLJob (reason ``JobSetDeleted``) rather than silently re-running the job;
 * ``restarts`` mirrors the JobSet's ``status.restarts`` (disruption restarts included; they do not count
   against ``maxRestarts`` but the user should still see them); each new restart is an Event;
-* a queued JobSet waiting for Kueue's admission is Pending, not Suspended: only the user suspends.
+* a JobSet waiting for Kueue's admission (suspended, labelled with the queue, the RLJob not suspended) is
+  Queued, not Suspended: only the user suspends. Kueue unsuspends it on admission, which the RLJob shows
+  as the ``Queued`` condition turning False and an ``Admitted`` Event; an eviction makes it Queued again.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from rljob_operator.conditions import Condition, clear_condition, set_condition,
 from rljob_operator.slices import slice_shape
 
 # Condition types on the RLJob (documented on RLJobStatus.conditions).
-CREATED, RUNNING, SUSPENDED, RESTARTING, SUCCEEDED, FAILED = (
+CREATED, RUNNING, SUSPENDED, QUEUED, RESTARTING, SUCCEEDED, FAILED = (
     "Created",
     "Running",
     "Suspended",
+    "Queued",
     "Restarting",
     "Succeeded",
     "Failed",
@@ -110,7 +113,7 @@ def observe_jobset(job: RLJob, jobset: dict[str, Any]) -> _Observed:
     if (jobset.get("spec") or {}).get("suspend") or _true_condition(jobset, "Suspended"):
         if job.spec.queueName and not job.spec.suspend:
             return _Observed(
-                "Pending",
+                "Queued",
                 "WaitingForAdmission",
                 f"queued in Kueue LocalQueue {job.spec.queueName}, waiting for admission",
             )
@@ -133,7 +136,12 @@ def _conditions_for(
     kw = {"now": now, "generation": gen}
     if created:
         conds = set_condition(conds, CREATED, True, "JobSetCreated", "the JobSet was created", **kw)
-    for type_, phase in ((RUNNING, "Running"), (SUSPENDED, "Suspended"), (RESTARTING, "Restarting")):
+    for type_, phase in (
+        (RUNNING, "Running"),
+        (SUSPENDED, "Suspended"),
+        (QUEUED, "Queued"),
+        (RESTARTING, "Restarting"),
+    ):
         if obs.phase == phase:
             conds = set_condition(conds, type_, True, obs.reason, obs.message, **kw)
         else:
@@ -168,8 +176,12 @@ def _events(
             events.append(Event("Warning", "Failed", f"{obs.reason}: {obs.message}"))
         elif obs.phase == "Suspended":
             events.append(Event("Normal", "Suspended", obs.message))
+        elif obs.phase == "Queued":
+            events.append(Event("Normal", "Queued", obs.message))
         elif old.get("phase") == "Suspended":
             events.append(Event("Normal", "Resumed", f"the JobSet was resumed: {obs.message}"))
+        elif old.get("phase") == "Queued":
+            events.append(Event("Normal", "Admitted", f"Kueue admitted the JobSet: {obs.message}"))
     return events
 
 

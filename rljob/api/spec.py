@@ -28,7 +28,7 @@ SINGULAR = "rljob"
 SHORT_NAMES = ("rlj",)
 
 Accelerator = Literal[ACCELERATORS]  # type: ignore[valid-type]
-Phase = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
+Phase = Literal["Pending", "Queued", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 TERMINAL_PHASES: tuple[str, ...] = ("Succeeded", "Failed")
 
 
@@ -165,10 +165,12 @@ class RLJobSpec(Model):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     """Metrics endpoint and step-time baseline."""
     suspend: bool = False
-    """Suspend the job (its JobSet is suspended; pods are removed). The only field that may change after
-    creation."""
+    """Suspend the job (pods are removed). The only field that may change after creation. With
+    ``queueName`` it deactivates the Kueue Workload (its quota is freed) instead of suspending the JobSet,
+    which Kueue owns."""
     queueName: Annotated[str, Field(min_length=1, max_length=63)] | None = None
-    """Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name on the JobSet)."""
+    """Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name on the JobSet, which is created
+    suspended; Kueue starts it on admission). The RLJob is Queued until then."""
     priorityClassName: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     """PriorityClass of the trainer pods."""
     maxRestarts: Annotated[int, Field(ge=0, le=1000)] = 3
@@ -212,9 +214,10 @@ class RLJobStatus(Model):
 
     model_config = ConfigDict(extra="ignore", strict=False)
     phase: Phase | None = None
-    """Pending, Running, Restarting, Suspended, Succeeded or Failed. Succeeded and Failed are final."""
+    """Pending, Queued (waiting for Kueue's admission), Running, Restarting, Suspended, Succeeded or
+    Failed. Succeeded and Failed are final."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Standard conditions: Created, Running, Suspended, Restarting, Succeeded, Failed, and Stalled (no step
+    """Standard conditions: Created, Running, Suspended, Queued, Restarting, Succeeded, Failed, and Stalled (no step
     on trainer host 0 within its stall threshold, or its first-step grace before the first step)."""
     jobSetName: str | None = None
     """Name of the JobSet that runs this RLJob."""

@@ -228,6 +228,8 @@ def test_rbac_grants_what_the_operator_and_kopf_call() -> None:
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("jobset.x-k8s.io", "jobsets", "watch"),
         ("jobset.x-k8s.io", "jobsets", "patch"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "patch"),
         ("", "configmaps", "create"),
         ("", "configmaps", "get"),
         ("", "events", "create"),

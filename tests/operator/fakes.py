@@ -39,7 +39,9 @@ class FakeKube:
             assert controller_uid(existing) == owner_uid
             return copy.deepcopy(existing), False
         new = copy.deepcopy(obj)
-        new["metadata"].update(resourceVersion=self._next_rv(), creationTimestamp="2025-01-01T00:00:00Z")
+        new["metadata"].update(
+            resourceVersion=self._next_rv(), creationTimestamp="2025-01-01T00:00:00Z", uid=f"uid-{key[2]}"
+        )
         self.objects[key] = new
         return copy.deepcopy(new), True
 
@@ -52,6 +54,25 @@ class FakeKube:
         if js is None:
             raise ApiException(status=404)
         js["spec"]["suspend"] = suspend
+
+    def label_jobset(self, ns: str, name: str, labels: dict[str, str]) -> None:
+        self.calls.append(("label", ns, name, *sorted(labels.items())[0]))
+        self.objects[("JobSet", ns, name)]["metadata"].setdefault("labels", {}).update(labels)
+
+    def add_workload(self, ns: str, jobset_uid: str) -> None:
+        """What Kueue does for a JobSet with a queue label: one Workload, labelled with the JobSet's UID."""
+        self.objects[("Workload", ns, f"jobset-{jobset_uid}")] = {"jobUID": jobset_uid, "active": True}
+
+    def set_workload_active(self, ns: str, jobset_uid: str, active: bool) -> bool:
+        self.calls.append(("active", ns, jobset_uid, str(active)))
+        found = [
+            w
+            for (k, n, _), w in self.objects.items()
+            if (k, n) == ("Workload", ns) and w["jobUID"] == jobset_uid
+        ]
+        for w in found:
+            w["active"] = active
+        return bool(found)
 
     def get_rljob(self, ns: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.objects.get(("RLJob", ns, name)))

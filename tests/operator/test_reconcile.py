@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import kopf
 import pytest
 from rljob_operator import reconcile
+from rljob_operator.names import QUEUE_LABEL
 from rljob_operator.status import Event
 
 from tests.operator.builders import make_rljob
@@ -120,7 +122,37 @@ def test_suspend_toggles_only_the_jobset_suspend(kube, events):
 
 def test_suspend_before_the_jobset_exists_is_fine(kube):
     body = kube.add_rljob(make_rljob("x").manifest())
-    reconcile.toggle_suspend(kube, body, True)  # 404 swallowed
+    reconcile.toggle_suspend(kube, body, True)  # the create handler renders the current spec.suspend
+    assert not [c for c in kube.calls if c[0] == "suspend"]
+
+
+def _jobset_writes(kube: FakeKube) -> list[tuple[str, ...]]:
+    return [c for c in kube.calls if c[0] in ("suspend", "label")]
+
+
+def test_queued_suspend_and_resume_toggle_the_workload_never_the_jobset(kube, events):
+    """Kueue owns a queued JobSet's spec.suspend: the operator deactivates/activates the Workload."""
+    body = _create(kube, events, make_rljob("x").queue("lq").manifest())
+    with pytest.raises(kopf.TemporaryError):  # Kueue has not made the Workload yet: retried
+        reconcile.toggle_suspend(kube, body, True)
+    kube.add_workload("default", "uid-x")
+    reconcile.toggle_suspend(kube, body, True)
+    assert kube.objects[("Workload", "default", "jobset-uid-x")]["active"] is False
+    reconcile.toggle_suspend(kube, body, False)
+    assert kube.objects[("Workload", "default", "jobset-uid-x")]["active"] is True
+    assert not _jobset_writes(kube)
+    assert kube.get_jobset("default", "x")["spec"]["suspend"] is True, "created suspended, Kueue starts it"
+
+
+def test_queued_rljob_created_suspended_is_handed_to_kueue_on_resume(kube, events):
+    """Suspended at creation: no queue label (Kueue would admit and start it); resuming adds the label."""
+    body = _create(kube, events, make_rljob("x").queue("lq").suspend().manifest())
+    assert QUEUE_LABEL not in kube.get_jobset("default", "x")["metadata"]["labels"]
+    reconcile.toggle_suspend(kube, body, True)
+    assert not _jobset_writes(kube)
+    reconcile.toggle_suspend(kube, body, False)
+    assert _jobset_writes(kube) == [("label", "default", "x", QUEUE_LABEL, "lq")]
+    assert kube.get_jobset("default", "x")["spec"]["suspend"] is True
 
 
 def test_jobset_events_drive_phase_and_restart_events(kube, events):

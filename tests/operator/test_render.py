@@ -158,6 +158,9 @@ def test_jobset_level_settings():
     assert js["spec"]["suspend"] is True, "a queued JobSet starts suspended until Kueue admits it"
     assert _jobset(make_rljob())["spec"]["suspend"] is False
     assert _jobset(make_rljob().suspend())["spec"]["suspend"] is True
+    held = _jobset(make_rljob("q").queue("lq").suspend())
+    assert held["spec"]["suspend"] is True
+    assert names.QUEUE_LABEL not in held["metadata"]["labels"], "Kueue would admit and start it"
 
 
 def test_trainer_config_round_trips_through_the_model():

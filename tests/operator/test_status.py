@@ -96,11 +96,29 @@ CASES = [
         events=["Resumed"],
     ),
     Case(
-        "queued in Kueue is Pending, not Suspended",
+        "queued in Kueue is Queued, not Suspended",
         v6e().queue("q"),
         make_jobset(slices=2).suspended(),
+        "Queued",
+        {"Created": "True", "Queued": "True"},
+        reason="WaitingForAdmission",
+        events=["Queued"],
+    ),
+    Case(
+        "admitted by Kueue",
+        v6e().queue("q").status(phase="Queued", jobSetName="x", conditions=[cond("Queued")]),
+        make_jobset(slices=2).jobs(active=2),
         "Pending",
-        {"Created": "True"},
+        {"Queued": "False"},
+        events=["Admitted"],
+    ),
+    Case(
+        "suspended by the user while queued",
+        v6e().queue("q").suspend().status(phase="Queued", jobSetName="x", conditions=[cond("Queued")]),
+        make_jobset(slices=2).suspended(),
+        "Suspended",
+        {"Suspended": "True", "Queued": "False"},
+        events=["Suspended"],
     ),
     Case(
         "succeeded",
@@ -171,7 +189,7 @@ def test_compute_status(case: Case) -> None:
     for type_, status in case.conditions.items():
         assert got.get(type_) == status, (type_, st["conditions"])
     if case.reason:
-        type_ = case.phase if case.phase in ("Running", "Succeeded", "Failed") else "Failed"
+        type_ = case.phase if case.phase in ("Running", "Queued", "Succeeded", "Failed") else "Failed"
         assert next(c for c in st["conditions"] if c["type"] == type_)["reason"] == case.reason
     assert [e.reason for e in up.events] == case.events
     assert st["restarts"] == case.restarts
