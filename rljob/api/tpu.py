@@ -35,6 +35,8 @@ class Generation:
     shapes: tuple[str, ...]  # 2D: every topology; 3D: the ones below a 4x4x4 cube
     max_chips: int  # 3D: chips in the largest slice (0 for 2D: the list is closed)
     eight_chip_host: bool  # whether a single-host 8-chip machine type exists (topology 2x4 only)
+    peak_bf16_flops: float  # peak dense bf16 FLOP/s of one chip, from Cloud TPU's page for the generation
+    peak_source: str  # that page (its "Peak compute per chip (bf16)" row): the trainer's MFU divides by it
 
 
 _2D = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
@@ -42,12 +44,15 @@ _SMALL_3D = ("2x2x1", "2x2x2", "2x2x4", "2x4x4")
 CUBE_EDGE = 4
 """3D topologies from one cube up are multiples of this along every axis."""
 
+_DOCS = "https://cloud.google.com/tpu/docs/"
 GENERATIONS: tuple[Generation, ...] = (
-    Generation("v4", "tpu-v4-podslice", 3, "ct4p-hightpu", _SMALL_3D, 4096, False),
-    Generation("v5e", "tpu-v5-lite-podslice", 2, "ct5lp-hightpu", _2D, 0, True),
-    Generation("v5p", "tpu-v5p-slice", 3, "ct5p-hightpu", _SMALL_3D, 6144, False),
-    Generation("v6e", "tpu-v6e-slice", 2, "ct6e-standard", _2D, 0, True),
-    Generation("v7x", "tpu7x", 3, "tpu7x-standard", ("1x1x1", *_SMALL_3D), 9216, False),
+    Generation("v4", "tpu-v4-podslice", 3, "ct4p-hightpu", _SMALL_3D, 4096, False, 275e12, _DOCS + "v4"),
+    Generation("v5e", "tpu-v5-lite-podslice", 2, "ct5lp-hightpu", _2D, 0, True, 197e12, _DOCS + "v5e"),
+    Generation("v5p", "tpu-v5p-slice", 3, "ct5p-hightpu", _SMALL_3D, 6144, False, 459e12, _DOCS + "v5p"),
+    Generation("v6e", "tpu-v6e-slice", 2, "ct6e-standard", _2D, 0, True, 918e12, _DOCS + "v6e"),
+    Generation(
+        "v7x", "tpu7x", 3, "tpu7x-standard", ("1x1x1", *_SMALL_3D), 9216, False, 2307e12, _DOCS + "tpu7x"
+    ),
 )
 BY_ACCELERATOR: dict[str, Generation] = {g.accelerator: g for g in GENERATIONS}
 ACCELERATORS: tuple[str, ...] = tuple(BY_ACCELERATOR)

@@ -89,6 +89,10 @@ MUTATIONS = {
     "regression needs no steady steps": ('{compiled="false"}) >= 10', '{compiled="false"}) >= 0'),
     "failed means succeeded": ('{phase="Failed"}', '{phase="Succeeded"}'),
     "two restarts are often": (") >= 3", ") >= 2"),
+    "goodput counts every kind": ('time_seconds_total{kind="productive_step"}', "time_seconds_total"),
+    "goodput sums hosts": ("avg by (namespace, rljob) (rate(", "sum by (namespace, rljob) (rate("),
+    "mfu sums hosts": ("max by (namespace, rljob) (sum without", "sum by (namespace, rljob) (sum without"),
+    "mfu ignores the chips": ("(rljob_trainer_chips * rljob_trainer_peak", "(rljob_trainer_peak"),
 }
 
 

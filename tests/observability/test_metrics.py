@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import time
 
 import numpy as np
+import pytest
+from rljob_trainer import flops, goodput, metrics_server
 from rljob_trainer import metrics as m
 from rljob_trainer.progress import StepRecorder, StepReport
 
+from rljob.api import parse_rljob
 from tests.observability import runs
 from tests.observability.runs import value
 
@@ -76,7 +79,7 @@ def test_a_step_that_compiled_is_labelled() -> None:
     s = samples(tm)
     assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="true") == 2
     assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="false") == 1
-    assert value(s, "rljob_trainer_compile_seconds_total") == 4.0
+    assert value(s, "rljob_trainer_time_seconds_total", kind="compile") == 4.0
 
 
 def test_step_histogram_starts_at_zero_for_both_kinds_of_step() -> None:
@@ -110,19 +113,71 @@ def test_stall_threshold_covers_long_steps_and_checkpoint_pauses() -> None:
     assert value(s, "rljob_trainer_checkpoint_save_duration_seconds_count") == 1
 
 
+def test_throughput_mfu_and_tokens_per_chip() -> None:
+    """FLOPs per phase from the step's real tokens; MFU and tokens/s/chip of the last step."""
+    f = flops.StepFlops(forward_per_token=100, train_per_token=300, iterations=2, chips=4, peak_per_chip=1e6)
+    tm = m.TrainerMetrics(rljob="j", step_flops=f)
+    tm(report(1))  # 75 real tokens, 2 s, phases rollout, reference, train, weight_sync
+    s = samples(tm)
+    assert value(s, "rljob_trainer_model_flops_total", phase="rollout") == 75 * 100
+    assert value(s, "rljob_trainer_model_flops_total", phase="ref_inference") == 75 * 100
+    assert value(s, "rljob_trainer_model_flops_total", phase="actor_train") == 2 * 75 * 300
+    assert "weight_sync" not in {lb["phase"] for lb in runs.series(s, "rljob_trainer_model_flops_total")}
+    # (7,500 + 7,500 + 45,000) FLOPs / (2 s x 4 chips x 1e6 FLOP/s) = 60,000 / 8e6
+    assert value(s, "rljob_trainer_mfu_ratio") == pytest.approx(0.0075)
+    assert value(s, "rljob_trainer_tokens_per_second_per_chip") == 75 / 2 / 4
+    assert value(s, "rljob_trainer_model_flops_per_token", **{"pass": "train"}) == 300
+    assert (
+        value(s, "rljob_trainer_chips") == 4
+        and value(s, "rljob_trainer_peak_flops_per_second_per_chip") == 1e6
+    )
+
+
+def test_no_peak_no_mfu_series() -> None:
+    """Off TPU (no peak) the MFU and peak series are absent, not 0; FLOPs and tokens/s/chip remain."""
+    f = flops.StepFlops(forward_per_token=100, train_per_token=300, iterations=1, chips=2, peak_per_chip=None)
+    tm = m.TrainerMetrics(rljob="j", step_flops=f)
+    tm(report(1))
+    s = samples(tm)
+    assert not runs.series(s, "rljob_trainer_mfu_ratio")
+    assert not runs.series(s, "rljob_trainer_peak_flops_per_second_per_chip")
+    assert value(s, "rljob_trainer_tokens_per_second_per_chip") == 75 / 2 / 2
+
+
+def test_goodput_seconds_by_kind_add_up() -> None:
+    """Start-up (process start to the first step, less compiles and the restore), steps split into
+    productive, compile and idle, checkpoint pauses: each second in exactly one kind."""
+    tm = m.TrainerMetrics(rljob="j", process_start=time.time() - 100.0)
+    tm.on_compile("/jax/core/compile/backend_compile_duration", 30.0)  # while building the model
+    tm.on_resume(4, seconds=20.0)
+    tm.on_step_start(5)
+    tm.on_compile("/jax/core/compile/backend_compile_duration", 0.5)  # inside the step's phases
+    tm(report(5, seconds=3.0))  # phases add up to 2.0 s: 1.0 s outside them is idle
+    tm.on_checkpoint(5, 4.0)
+    tm.on_step_start(6)  # not the first: no more start-up
+    s = samples(tm)
+    kind = {k: value(s, "rljob_trainer_time_seconds_total", kind=k) for k in goodput.KINDS}
+    assert kind["restart"] == pytest.approx(100.0 - 30.0 - 20.0, abs=1.0) and kind["startup"] == 0
+    assert kind["compile"] == 30.5 and kind["checkpoint_restore"] == 20.0 and kind["checkpoint_save"] == 4.0
+    assert kind["productive_step"] == 2.0 - 0.5 and kind["rollout_idle"] == 1.0
+    assert sum(kind.values()) == pytest.approx(100.0 + 3.0 + 4.0, abs=1.0)
+
+
+def test_a_fresh_process_counts_startup() -> None:
+    tm = m.TrainerMetrics(rljob="j", process_start=time.time() - 10.0)
+    tm.on_step_start(1)
+    s = samples(tm)
+    assert value(s, "rljob_trainer_time_seconds_total", kind="startup") == pytest.approx(10.0, abs=1.0)
+    assert value(s, "rljob_trainer_time_seconds_total", kind="restart") == 0
+
+
 def test_start_serves_http_and_close_servers_stops_it() -> None:
     port = runs.free_port()
-    job = SimpleNamespace(
-        metadata=SimpleNamespace(name="served"),
-        spec=SimpleNamespace(
-            metrics=SimpleNamespace(
-                port=port, stepTimeBaselineSeconds=7.0, stallThresholdSeconds=60, firstStepGraceSeconds=90
-            ),
-            grpo=SimpleNamespace(maxSteps=5),
-        ),
-    )
+    doc = runs.manifest("served", 5, port=port, baseline=7.0)
+    doc["spec"]["metrics"].update(stallThresholdSeconds=60, firstStepGraceSeconds=90)
+    job = parse_rljob(doc, "test")
     recorder = StepRecorder(max_steps=5, packed=False)
-    tm = m.start(job, 0, recorder, addr="127.0.0.1")
+    tm = metrics_server.start(job, 0, recorder, addr="127.0.0.1")
     try:
         recorder.begin(1)
         recorder.finish()  # the callback is registered on the recorder
@@ -131,7 +186,11 @@ def test_start_serves_http_and_close_servers_stops_it() -> None:
         assert value(scraped, "rljob_trainer_steps_total", rljob="served", process="0") == 1
         assert value(scraped, "rljob_trainer_step_time_baseline_seconds") == 7.0
         assert value(scraped, "rljob_trainer_max_steps") == 5
+        # the tiny qwen3 at maxTargetLength 32, on CPU: FLOPs per token, no MFU (no TPU peak)
+        assert value(scraped, "rljob_trainer_model_flops_per_token", **{"pass": "forward"}) > 0
+        assert not runs.series(scraped, "rljob_trainer_mfu_ratio")
+        assert value(scraped, "rljob_trainer_time_seconds_total", kind="startup") > 0
     finally:
-        m.close_servers()
+        metrics_server.close_servers()
     assert runs.scrape(port, timeout=0.5) is None
     assert not tm._watching

@@ -76,9 +76,9 @@ def test_round_trip_restores_params_optimizer_and_position(tmp_path: Path) -> No
     want_p, want_o = params(run), opt_leaves(run)
 
     fresh = fake_run(seed=99)  # different weights: the restore must overwrite them
-    resumed: list[int] = []
-    step = make(tmp_path, on_resumed=resumed.append).resume(fresh)
-    assert step == 3 and resumed == [3]
+    resumed: list[tuple[int, float]] = []
+    step = make(tmp_path, on_resumed=lambda s, secs: resumed.append((s, secs))).resume(fresh)
+    assert step == 3 and [s for s, _ in resumed] == [3] and resumed[0][1] > 0  # restore time, goodput's
     assert all(np.array_equal(a, b) for a, b in zip(params(fresh), want_p, strict=True))
     assert all(np.array_equal(a, b) for a, b in zip(opt_leaves(fresh), want_o, strict=True))
     t = fresh.cluster.actor_trainer

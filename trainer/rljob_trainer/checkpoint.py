@@ -79,7 +79,8 @@ class Checkpointer:
     """Saves and restores a ``tunix_bridge.TunixRun``; also the StepCallback that saves on schedule.
 
     ``on_saved(step, seconds)`` is called after each save (the metrics' checkpoint-pause histogram) and
-    ``on_resumed(step)`` after a resume. With ``directory=None`` nothing is saved or restored (SIGTERM
+    ``on_resumed(step, seconds)`` after a resume (seconds: reading checkpoints back, the goodput's
+    checkpoint_restore). With ``directory=None`` nothing is saved or restored (SIGTERM
     still stops the run after the current step).
     """
 
@@ -90,7 +91,7 @@ class Checkpointer:
         seed: int,
         max_steps: int,
         on_saved: Callable[[int, float], None] | None = None,
-        on_resumed: Callable[[int], None] | None = None,
+        on_resumed: Callable[[int, float], None] | None = None,
     ) -> None:
         import orbax.checkpoint as ocp
 
@@ -224,6 +225,7 @@ class Checkpointer:
         self.run = run
         if recorder is not None:
             self.recorder = recorder
+        started = time.perf_counter()
         for step in self.steps():
             try:
                 meta = self.restore_into(run, step)
@@ -248,7 +250,7 @@ class Checkpointer:
             self._position(run, meta)
             _info("checkpoint: resumed from step %d (%s)", step, self.directory)
             if self.on_resumed is not None:
-                self.on_resumed(step)
+                self.on_resumed(step, time.perf_counter() - started)
             return step
         return 0
 

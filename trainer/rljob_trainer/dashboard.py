@@ -221,13 +221,74 @@ def _trainer_panels() -> list[dict[str, Any]]:
             [
                 (_mean(m.CHECKPOINT_SAVE_DURATION), f"{J} checkpoint save"),
                 (
-                    f"max by ({BY}) (rate({m.COMPILE_SECONDS}{{{SEL}}}[$__rate_interval]))",
+                    f'max by ({BY}) (rate({m.TIME_SECONDS}{{{SEL}, kind="compile"}}[$__rate_interval]))',
                     f"{J} compile seconds/s",
                 ),
             ],
             (12, 24, 12, 8),
             "s",
             "Mean pause to save a checkpoint, and XLA compile time per second.",
+        ),
+    ]
+
+
+def _throughput_panels() -> list[dict[str, Any]]:
+    """MFU, tokens per second per chip, goodput and badput (trainer/rljob_trainer/flops.py, goodput.py)."""
+    flops_rate = f"sum without (phase) (rate({m.MODEL_FLOPS}{{{SEL}}}[$__rate_interval]))"
+    capacity = f"max by ({BY}) ({m.CHIPS}{{{SEL}}} * {m.PEAK_FLOPS}{{{SEL}}})"
+    train = 'phase="actor_train"'
+    return [
+        _panel(
+            12,
+            "MFU",
+            [
+                (f"max by ({BY}) ({flops_rate})\n/ on ({BY})\n{capacity}", f"{J} step"),
+                (
+                    f"max by ({BY}) (rate({m.MODEL_FLOPS}{{{SEL}, {train}}}[$__rate_interval]))\n/ on ({BY})\n"
+                    f"(max by ({BY}) (rate({m.PHASE_DURATION}_sum{{{SEL}, {train}}}[$__rate_interval])) > 0)"
+                    f"\n/ on ({BY})\n{capacity}",
+                    f"{J} actor_train phase",
+                ),
+            ],
+            (0, 40, 8, 8),
+            "percentunit",
+            "Model FLOPs (6N + 12LHQT per trained token, 2N + 4LHQT per rollout/log-prob token; see "
+            "trainer/rljob_trainer/flops.py) per second over chips x the generation's bf16 peak. step: all "
+            "of each step's wall time (the rollout decodes, so it is low); actor_train: the update phase "
+            "alone. Empty off TPU (no peak).",
+            min=0,
+        ),
+        _panel(
+            13,
+            "Tokens per second per chip",
+            [
+                (
+                    f"max by ({BY}) (rate({m.TOKENS}{{{SEL}}}[$__rate_interval]))\n/ on ({BY})\n"
+                    f"max by ({BY}) ({m.CHIPS}{{{SEL}}})",
+                    J,
+                )
+            ],
+            (8, 40, 8, 8),
+            "short",
+            "Real (prompt + completion) tokens trained on per second, divided by the job's chips.",
+        ),
+        _panel(
+            14,
+            "Goodput and badput (share of wall time)",
+            [
+                (
+                    f"avg by ({BY}, kind) (rate({m.TIME_SECONDS}{{{SEL}}}[$__rate_interval]))",
+                    f"{J} {{{{kind}}}}",
+                )
+            ],
+            (16, 40, 8, 8),
+            "percentunit",
+            "Seconds per second of each kind, hosts averaged: productive_step is the goodput; compile, "
+            "rollout_idle (host work while the accelerators wait), checkpoint_save/restore, startup and "
+            "restart are badput. A stack below 100% is time with no trainer running (rescheduling).",
+            custom={"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 30},
+            min=0,
+            max=1,
         ),
     ]
 
@@ -316,7 +377,7 @@ def build() -> dict[str, Any]:
         "templating": {"list": _variables()},
         "annotations": {"list": _annotations()},
         "links": [],
-        "panels": _trainer_panels() + _operator_panels(),
+        "panels": _trainer_panels() + _operator_panels() + _throughput_panels(),
     }
 
 

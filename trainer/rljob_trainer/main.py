@@ -105,7 +105,7 @@ def train(
 
     Raises RLJobError for config problems found while building (e.g. the engine needs another backend).
     """
-    from rljob_trainer import checkpoint, distributed, metrics, tunix_bridge
+    from rljob_trainer import checkpoint, distributed, metrics_server, tunix_bridge
 
     workload = workload if workload is not None else startup.prepare(job)
 
@@ -120,7 +120,7 @@ def train(
         max_steps=spec.grpo.maxSteps, packed=spec.packing.maxSeqTokenPerTpu > 0, callbacks=callbacks
     )
     try:
-        telemetry = metrics.start(job, procs.index, recorder)  # issue 6: /metrics on every host
+        telemetry = metrics_server.start(job, procs.index, recorder)  # issue 6: /metrics on every host
     except OSError as exc:  # a port in use is the config's problem here: no retry frees it
         port = job.spec.metrics.port
         raise RLJobError(

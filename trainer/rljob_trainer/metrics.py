@@ -13,21 +13,28 @@ Steps that compiled (the first step of a process, and any step during which XLA 
 e.g. a new packed-row bucket) are labelled ``compiled="true"`` in the step histogram, so the mean that
 the regression alert compares with the baseline uses ``compiled="false"`` steps only.
 
+Throughput and goodput (``flops.py`` and ``goodput.py`` hold the arithmetic and say what is counted):
+model FLOPs per phase, MFU of the last step against the chip's peak (exported only on a TPU backend: a
+CPU run has no peak to compare with, so the series is absent rather than a made-up number), real tokens
+per second per chip, and the process's wall time by kind (``rljob_trainer_time_seconds_total{kind}``;
+goodput is the rate of ``kind="productive_step"``). Serving (``/metrics`` over HTTP) is
+``metrics_server.py``.
+
 No JAX import at module level: building the registry is cheap and works in tests without JAX.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib.metadata
 import math
-import os
 import threading
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from rljob_trainer import goodput
+from rljob_trainer.flops import StepFlops
 from rljob_trainer.progress import StepReport
 
 PREFIX = "rljob_trainer_"
@@ -48,11 +55,17 @@ TOKENS_PER_SECOND = "rljob_trainer_tokens_per_second"
 REWARD_MEAN = "rljob_trainer_reward_mean"
 REWARD_MIN = "rljob_trainer_reward_min"
 REWARD_MAX = "rljob_trainer_reward_max"
-COMPILE_SECONDS = "rljob_trainer_compile_seconds_total"
 CHECKPOINT_SAVE_DURATION = "rljob_trainer_checkpoint_save_duration_seconds"
 CHECKPOINT_LAST_STEP = "rljob_trainer_checkpoint_last_step"
 RESUMED_STEP = "rljob_trainer_resumed_step"
 BUILD_INFO = "rljob_trainer_build_info"
+MODEL_FLOPS_PER_TOKEN = "rljob_trainer_model_flops_per_token"
+MODEL_FLOPS = "rljob_trainer_model_flops_total"
+CHIPS = "rljob_trainer_chips"
+PEAK_FLOPS = "rljob_trainer_peak_flops_per_second_per_chip"
+MFU = "rljob_trainer_mfu_ratio"
+TOKENS_PER_SECOND_PER_CHIP = "rljob_trainer_tokens_per_second_per_chip"
+TIME_SECONDS = "rljob_trainer_time_seconds_total"
 
 STEP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 """0.1 s to 10 min: prometheus-client's default buckets stop at 10 s, far too short for RL steps."""
@@ -71,11 +84,6 @@ DEFAULT_STALL_THRESHOLD_SECONDS = 1800.0
 longest steady step twice plus the longest checkpoint save."""
 DEFAULT_FIRST_STEP_GRACE_SECONDS = 3600.0
 """spec.metrics.firstStepGraceSeconds's default."""
-LINGER_ENV = "RLJOB_METRICS_LINGER_SECONDS"
-"""Seconds to keep serving /metrics after training ends (default 0), so the last scrape sees the end."""
-ADDR_ENV = "RLJOB_METRICS_ADDR"
-"""Address /metrics binds to (default 0.0.0.0: every interface, as a pod's scrape needs; tests use
-127.0.0.1)."""
 
 
 def versions() -> dict[str, str]:
@@ -116,6 +124,8 @@ class TrainerMetrics:
         max_steps: int = 0,
         stall_threshold_seconds: float = DEFAULT_STALL_THRESHOLD_SECONDS,
         first_step_grace_seconds: float = DEFAULT_FIRST_STEP_GRACE_SECONDS,
+        step_flops: StepFlops | None = None,
+        process_start: float | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -200,7 +210,6 @@ class TrainerMetrics:
         self.reward_max = Gauge(
             REWARD_MAX, "Maximum reward of the last step's completions.", base, registry=r
         )
-        self.compile_seconds = Counter(COMPILE_SECONDS, "XLA backend compile time.", base, registry=r)
         self.checkpoint_save = Histogram(
             CHECKPOINT_SAVE_DURATION,
             "Wall time the training loop paused to save a checkpoint.",
@@ -217,6 +226,7 @@ class TrainerMetrics:
         self.build_info = Gauge(
             BUILD_INFO, "Versions of the trainer's stack (value 1).", [*base, *versions()], registry=r
         )
+        self._init_throughput(base, step_flops)
 
         lb = self._labels
         self.build_info.labels(**lb, **versions()).set(1)
@@ -226,7 +236,6 @@ class TrainerMetrics:
         self.global_step.labels(**lb).set(0)
         self.max_steps.labels(**lb).set(max_steps)
         self.last_step.labels(**lb).set(time.time())
-        self.compile_seconds.labels(**lb)
         self.resumed_step.labels(**lb).set(0)
         if baseline_seconds is not None:
             self.baseline.labels(**lb).set(baseline_seconds)
@@ -237,15 +246,78 @@ class TrainerMetrics:
         self.stall_threshold.labels(**lb).set(stall_threshold_seconds)
         self._lock = threading.Lock()
         self._compile_in_step = 0.0
+        self._compile_total = 0.0
+        self._compile_at_step_start = 0.0
+        self._restore_seconds = 0.0
         self._steps_seen = 0
+        self._started = False
+        self._resumed = False
+        self._process_start = process_start if process_start is not None else time.time()
+
+    def _init_throughput(self, base: list[str], step_flops: StepFlops | None) -> None:
+        """The throughput and goodput series (see flops.py and goodput.py for what they count)."""
+        r, lb, self._flops = self.registry, self._labels, step_flops
+        self.flops_per_token = Gauge(
+            MODEL_FLOPS_PER_TOKEN,
+            "Model FLOPs of one token: pass=forward 2N + 4LHQT, pass=train 6N + 12LHQT (PaLM's "
+            "accounting, T = spec.maxTargetLength; see flops.py).",
+            [*base, "pass"],
+            registry=r,
+        )
+        self.model_flops = Counter(
+            MODEL_FLOPS,
+            "Model FLOPs of completed steps by phase: real tokens x per-token FLOPs of the passes the "
+            "phase ran (rollout, ref_inference and old_logps forward; actor_train numIterations x train).",
+            [*base, "phase"],
+            registry=r,
+        )
+        self.chips = Gauge(CHIPS, "Accelerator devices the job computes on (all hosts).", base, registry=r)
+        peak = "Peak bf16 FLOP/s of one chip of spec.tpu.accelerator (Cloud TPU docs); absent off TPU."
+        self.peak_flops = Gauge(PEAK_FLOPS, peak, base, registry=r)
+        self.mfu = Gauge(
+            MFU,
+            "Model FLOPs utilization of the last step: its model FLOPs / (step seconds x chips x peak); "
+            "absent off TPU.",
+            base,
+            registry=r,
+        )
+        per_chip = "Real tokens trained on per second of the last step, per chip."
+        self.tokens_per_chip = Gauge(TOKENS_PER_SECOND_PER_CHIP, per_chip, base, registry=r)
+        self.time_seconds = Counter(
+            TIME_SECONDS,
+            "Wall time of this process by kind (productive_step, compile, rollout_idle, checkpoint_save, "
+            "checkpoint_restore, startup, restart; see goodput.py). Goodput = rate of productive_step.",
+            [*base, "kind"],
+            registry=r,
+        )
+        for kind in goodput.KINDS:  # from 0, so a rate over the first window sees every kind
+            self.time_seconds.labels(**lb, kind=kind)
+        if step_flops is not None:
+            self.flops_per_token.labels(**lb, **{"pass": "forward"}).set(step_flops.forward_per_token)
+            self.flops_per_token.labels(**lb, **{"pass": "train"}).set(step_flops.train_per_token)
+            self.chips.labels(**lb).set(step_flops.chips)
+            if step_flops.peak_per_chip is not None:
+                self.peak_flops.labels(**lb).set(step_flops.peak_per_chip)
 
     # --- hooks -------------------------------------------------------------------------------------
     def on_compile(self, event: str, duration_secs: float, **_: Any) -> None:
         """A jax.monitoring duration listener: counts XLA backend compiles (see ``watch_compiles``)."""
         if event == "/jax/core/compile/backend_compile_duration":
-            self.compile_seconds.labels(**self._labels).inc(duration_secs)
+            self.time_seconds.labels(**self._labels, kind="compile").inc(duration_secs)
             with self._lock:
                 self._compile_in_step += duration_secs
+                self._compile_total += duration_secs
+
+    def on_step_start(self, step: int) -> None:
+        """The recorder's step-start hook: the first one ends this process's start-up (or restart)."""
+        with self._lock:
+            self._compile_at_step_start = self._compile_total
+            accounted = self._compile_total + self._restore_seconds
+        if self._started:
+            return
+        self._started = True
+        seconds = goodput.startup_seconds(time.time(), self._process_start, accounted)
+        self.time_seconds.labels(**self._labels, kind="restart" if self._resumed else "startup").inc(seconds)
 
     def watch_compiles(self) -> None:
         """Register ``on_compile`` with JAX, so steps that compiled are labelled ``compiled="true"``."""
@@ -267,7 +339,11 @@ class TrainerMetrics:
         with self._lock:
             compiled = self._steps_seen == 0 or self._compile_in_step > 0
             self._compile_in_step = 0.0
+            compile_in_step = self._compile_total - self._compile_at_step_start
             self._steps_seen += 1
+        for kind, secs in goodput.split_step(r.seconds, r.phase_seconds, compile_in_step).items():
+            self.time_seconds.labels(**lb, kind=kind).inc(secs)
+        self._throughput(r)
         self.step_duration.labels(**lb, compiled=str(compiled).lower()).observe(r.seconds)
         for name, secs in r.phase_seconds.items():
             self.phase_duration.labels(**lb, phase=PHASE_LABELS.get(name, name)).observe(secs)
@@ -289,14 +365,36 @@ class TrainerMetrics:
         self.steps.labels(**lb).inc()
         self.last_step.labels(**lb).set(time.time())
 
+    def _throughput(self, r: StepReport) -> None:
+        """Model FLOPs by phase, MFU and tokens per second per chip of one step."""
+        if self._flops is None:
+            return
+        lb, f = self._labels, self._flops
+        total = 0
+        for name in r.phase_seconds:
+            flops = f.phase_flops(name, r.real_tokens)
+            if flops:
+                self.model_flops.labels(**lb, phase=PHASE_LABELS.get(name, name)).inc(flops)
+                total += flops
+        if r.seconds > 0 and f.chips > 0:
+            self.tokens_per_chip.labels(**lb).set(r.real_tokens / r.seconds / f.chips)
+        mfu = f.mfu(total, r.seconds)
+        if mfu is not None:
+            self.mfu.labels(**lb).set(mfu)
+
     def on_checkpoint(self, step: int, seconds: float) -> None:
         """A checkpoint of ``step`` was saved in ``seconds`` (the training loop's pause)."""
         self.checkpoint_save.labels(**self._labels).observe(seconds)
+        self.time_seconds.labels(**self._labels, kind="checkpoint_save").inc(seconds)
         self.checkpoint_last_step.labels(**self._labels).set(step)
         self._longest_save = max(self._longest_save, seconds)
         self._update_stall_threshold()
 
-    def on_resume(self, step: int) -> None:
+    def on_resume(self, step: int, seconds: float = 0.0) -> None:
+        """Resumed from the checkpoint of ``step``, read in ``seconds``."""
+        self._resumed = True
+        self._restore_seconds += seconds
+        self.time_seconds.labels(**self._labels, kind="checkpoint_restore").inc(seconds)
         self.resumed_step.labels(**self._labels).set(step)
         self.global_step.labels(**self._labels).set(step)
 
@@ -315,52 +413,3 @@ class TrainerMetrics:
             else:
                 out.add(family.name)
         return out
-
-
-class MetricsServer:
-    """``/metrics`` on ``port`` for one registry, on a daemon thread; ``close()`` stops it."""
-
-    def __init__(self, metrics: TrainerMetrics, port: int, addr: str = "0.0.0.0") -> None:
-        self.port = port
-        self._server, self._thread = start_http_server(port, addr=addr, registry=metrics.registry)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-_servers: list[tuple[MetricsServer, TrainerMetrics]] = []
-
-
-def start(job: Any, process_index: int, recorder: Any, addr: str | None = None) -> TrainerMetrics:
-    """Metrics for ``job`` (an RLJob) on this process: served on ``spec.metrics.port`` right away (so a
-    long first compile is already visible), fed by ``recorder``'s step reports and by JAX's compile events.
-    """
-    spec = job.spec
-    addr = addr or os.environ.get(ADDR_ENV) or "0.0.0.0"
-    metrics = TrainerMetrics(
-        rljob=job.metadata.name,
-        process=process_index,
-        baseline_seconds=spec.metrics.stepTimeBaselineSeconds,
-        max_steps=spec.grpo.maxSteps,
-        stall_threshold_seconds=spec.metrics.stallThresholdSeconds,
-        first_step_grace_seconds=spec.metrics.firstStepGraceSeconds,
-    )
-    metrics.watch_compiles()
-    _servers.append((MetricsServer(metrics, spec.metrics.port, addr=addr), metrics))
-    shown = "localhost" if addr in ("0.0.0.0", "") else addr
-    print(f"metrics: http://{shown}:{spec.metrics.port}/metrics (process {process_index})", flush=True)
-    recorder.callbacks.append(metrics)
-    linger = float(os.environ.get(LINGER_ENV, "0") or 0)
-    if linger > 0:  # keep serving the final values for one more scrape before the process exits
-        atexit.register(time.sleep, linger)
-    return metrics
-
-
-def close_servers() -> None:
-    """Stop every server ``start`` opened and its compile listener (for in-process runs, e.g. tests that
-    call ``main.train`` several times; a trainer process just exits)."""
-    while _servers:
-        server, metrics = _servers.pop()
-        server.close()
-        metrics.unwatch_compiles()

@@ -1,0 +1,71 @@
+"""Goodput accounting: a trainer process's wall time split into kinds. Pure Python (no JAX, no Prometheus).
+
+Goodput = productive step seconds / wall seconds. The metrics (``metrics.TIME_SECONDS``, a counter per
+kind) make ``rate(rljob_trainer_time_seconds_total{kind="productive_step"}[w])`` the goodput over the
+window ``w`` directly (seconds per second), and the other kinds the badput by cause. Time when no trainer
+process runs at all (a pod being rescheduled after a preemption) adds to no counter, so it lowers the
+goodput over the window without a kind of its own.
+
+Kinds, and where each second comes from (none is counted twice):
+
+* ``productive_step``: inside a global step, the device phases (rollout, reference and old-policy
+  log-probs, actor update, weight sync) minus XLA compiles that happened during the step.
+* ``compile``: XLA backend compile time (``jax.monitoring``'s ``backend_compile_duration``), at start-up
+  and inside steps (a new packed-row bucket, a first call).
+* ``rollout_idle``: inside a global step, the time outside every device phase: reward functions,
+  advantages, batching, the next batch's data on the host. The accelerators wait for the host then. (Tunix's
+  ``perf/rollout_idle_time`` is the disaggregated layout's: a separate rollout mesh waiting for the
+  trainer's weight sync. rljob colocates rollout and training on one mesh, so its idle time is this.)
+* ``checkpoint_save``: the training loop's pause to write a checkpoint (Orbax, blocking).
+* ``checkpoint_restore``: reading the newest checkpoint back at start-up.
+* ``startup``: a fresh process's start (interpreter, imports, distributed init, model build and weights)
+  until its first step begins, compiles and restore excluded.
+* ``restart``: the same for a process that resumed from a checkpoint, i.e. the start-up a restart costs.
+  Steps redone after a restart (those after the last checkpoint) were counted productive by the process
+  that did them first: the lost work shows as a lower goodput, not as a kind.
+"""
+
+from __future__ import annotations
+
+import time
+
+KINDS = (
+    "productive_step",
+    "compile",
+    "rollout_idle",
+    "checkpoint_save",
+    "checkpoint_restore",
+    "startup",
+    "restart",
+)
+
+
+def split_step(seconds: float, phase_seconds: dict[str, float], compile_seconds: float) -> dict[str, float]:
+    """One global step's wall ``seconds`` as productive and idle seconds; the rest of the step is the
+    ``compile_seconds`` reported while it ran, which the compile kind already counts as they happen.
+
+    Compiles happen inside a phase (its first call) and are taken out of the phases' time first; a compile
+    longer than the phases (host-side jit) comes out of the idle time. The three add up to ``seconds``."""
+    compiled = min(compile_seconds, seconds)
+    in_phases = min(seconds, sum(phase_seconds.values()))
+    return {
+        "productive_step": max(0.0, in_phases - compiled),
+        "rollout_idle": seconds - max(in_phases, compiled),
+    }
+
+
+def startup_seconds(now: float, process_start: float, accounted: float) -> float:
+    """Seconds from the process's start to ``now`` (its first step beginning) not already ``accounted``
+    to another kind (compiles, the checkpoint restore)."""
+    return max(0.0, now - process_start - accounted)
+
+
+def process_start_time() -> float:
+    """Unix time this process started (Linux: /proc/self/stat via prometheus-client's process collector,
+    which also knows the clock tick and boot time); elsewhere, now."""
+    from prometheus_client.process_collector import ProcessCollector
+
+    for family in ProcessCollector(registry=None).collect():
+        if family.name == "process_start_time_seconds" and family.samples:
+            return float(family.samples[0].value)
+    return time.time()
