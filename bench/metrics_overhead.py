@@ -78,7 +78,7 @@ class Switch:
 def scraper(port: int, switch: Switch, interval: float, stop: threading.Event, counts: list[int]) -> None:
     """Scrape /metrics while the "on" arm runs, as Prometheus would (only more often)."""
     while not stop.wait(interval):
-        if switch.on:
+        if switch.on and switch.metrics is not None:  # the server is up once the metrics exist
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
                 resp.read()
             counts[0] += 1
@@ -172,6 +172,10 @@ def main() -> int:
         "arms": {"on": on, "off": off},
         "overhead_median": on["median_s"] / off["median_s"] - 1,
         "overhead_mean": on["mean_s"] / off["mean_s"] - 1,
+        # the A/B difference of means and its standard error (sqrt(s_on^2/n_on + s_off^2/n_off)): on a busy
+        # machine the difference is only meaningful where it exceeds ~2 standard errors
+        "difference_mean_s": on["mean_s"] - off["mean_s"],
+        "difference_stderr_s": (on["stdev_s"] ** 2 / on["n"] + off["stdev_s"] ** 2 / off["n"]) ** 0.5,
         "metrics_callback_median_s": callback,
         "metrics_callback_share_of_step": callback / off["median_s"],
         "scrape_render_median_s": render,

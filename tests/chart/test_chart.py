@@ -199,6 +199,15 @@ def test_trainer_security_context_is_passed_to_the_operator() -> None:
     assert json.loads(value) == {"privileged": True, "runAsUser": 0}
 
 
+def test_progress_interval_is_a_value() -> None:
+    """operator.progressIntervalSeconds reaches the operator's RLJOB_PROGRESS_INTERVAL_SECONDS."""
+    env = env_of(deployment_container(template()))
+    assert env["RLJOB_PROGRESS_INTERVAL_SECONDS"]["value"] == "30"  # the operator's own default
+    for value in ("0", "15"):  # --set gives integers; a values file may give 2.5
+        objs = template(f"operator.progressIntervalSeconds={value}")
+        assert env_of(deployment_container(objs))["RLJOB_PROGRESS_INTERVAL_SECONDS"]["value"] == value
+
+
 # --- RBAC ---------------------------------------------------------------------------------------------
 
 
@@ -358,6 +367,7 @@ def test_notes_explain_skipped_monitoring(tmp_path: Path) -> None:
         ("operator.watchNamespaces={team-*}", "watchNamespaces"),
         ("metrics.serviceMonitor.interval=often", "interval"),
         ("operator.metricsPort=80", "metricsPort"),
+        ("operator.progressIntervalSeconds=-1", "progressIntervalSeconds"),
     ],
 )
 def test_schema_rejects_bad_values(bad: str, message: str) -> None:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,3 +196,16 @@ def test_start_serves_http_and_close_servers_stops_it() -> None:
         metrics_server.close_servers()
     assert runs.scrape(port, timeout=0.5) is None
     assert not tm._watching
+
+
+def test_every_tunix_perf_metric_is_mapped_in_the_docs() -> None:
+    """docs/throughput.md maps each of Tunix's perf/* step measurements (as the installed Tunix logs
+    them) to the rljob series that measures the same interval, or says why there is none."""
+    import tunix.perf.export
+
+    names = set(re.findall(r'"(perf/[a-z_/]+)"', Path(tunix.perf.export.__file__).read_text()))
+    assert len(names) >= 10, names  # the file still is where Tunix names them
+    table = (runs.ROOT / "docs" / "throughput.md").read_text().split("## Tunix's step-phase")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| `perf/")]
+    mapped = {n for row in rows for n in re.findall(r"`(perf/[a-z_/]+)`", row.split(" | ")[0])}
+    assert names <= mapped, f"not in docs/throughput.md: {sorted(names - mapped)}"

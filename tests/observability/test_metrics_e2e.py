@@ -87,3 +87,22 @@ def test_metrics_during_and_after_a_real_run(tmp_path: Path) -> None:
     import jax
 
     assert info["jax"] == jax.__version__ and info["tunix"] != "none" and info["libtpu"] == "none"
+
+    # Throughput and goodput (docs/throughput.md): FLOPs of every pass that ran, tokens per chip, no MFU on
+    # CPU; the wall time by kind covers the run (start-up, compiles, steps) and never exceeds it.
+    fwd = value(after, "rljob_trainer_model_flops_per_token", **{"pass": "forward"})
+    assert value(after, "rljob_trainer_model_flops_per_token", **{"pass": "train"}) == 3 * fwd
+    assert value(after, "rljob_trainer_model_flops_total", phase="actor_train") == 3 * fwd * tokens
+    assert value(after, "rljob_trainer_model_flops_total", phase="rollout") == fwd * tokens
+    assert value(after, "rljob_trainer_tokens_per_second_per_chip") > 0
+    assert not runs.series(after, "rljob_trainer_mfu_ratio")  # a CPU backend: no peak, no MFU
+    kind = {
+        k: value(after, "rljob_trainer_time_seconds_total", kind=k)
+        for k in ("productive_step", "compile", "rollout_idle", "startup", "restart", "checkpoint_save")
+    }
+    assert (
+        kind["productive_step"] > 0 and kind["compile"] > 0 and kind["startup"] > 0 and kind["restart"] == 0
+    )
+    assert (
+        sum(kind.values()) <= time.time() - started + 5
+    )  # the process started after `started`, +import skew
