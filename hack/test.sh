@@ -17,3 +17,11 @@ hack/cluster/build.sh
 echo "== pytest"
 # The e2e fixture starts the cluster (or attaches to a running one) and stops what it started.
 pytest "$@"
+
+# The MaxText backend's tests need Python 3.12 and MaxText (docs/maxtext.md): their own venv, cached like
+# .venv (cold about 40 s here, then a no-op). Only on a full run: pytest arguments select Tunix-env tests.
+if [ $# -eq 0 ]; then
+  echo "== MaxText backend (.venv-maxtext, Python 3.12)"
+  hack/venv-maxtext.sh
+  .venv-maxtext/bin/pytest tests/maxtext_backend
+fi

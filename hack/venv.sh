@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${RLJOB_VENV:-.venv}
 EXTRAS=${RLJOB_EXTRAS:-operator,trainer,dev}
+PYTHON=${RLJOB_PYTHON:-3.11}  # a version or an interpreter path (hack/venv-maxtext.sh passes 3.12's)
 stamp="$VENV/.rljob-stamp"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
 
@@ -17,7 +18,7 @@ fi
 if ! command -v uv >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check uv
 fi
-[ -x "$VENV/bin/python" ] || uv venv --quiet --python 3.11 "$VENV"
+[ -x "$VENV/bin/python" ] || uv venv --quiet --python "$PYTHON" "$VENV"
 VIRTUAL_ENV="$VENV" uv pip install --quiet -e ".[$EXTRAS]"
 echo "$want" >"$stamp"
 echo "venv ready: $VENV ($EXTRAS)"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rljob.api import pod, tpu
+from rljob.api.maxtext import MAXTEXT_SIZES
 from rljob.api.tpu import RESERVED_TPU_PORTS
 
 MAX_NAME_LENGTH = 40
@@ -165,6 +166,28 @@ _CORE_RULES: tuple[Rule, ...] = (
         message="is only used by rollout.engine vllm",
         cel="!has(self.rollout.vllmBlockSize) || self.rollout.engine == 'vllm'",
         check=lambda s: s.rollout.vllmBlockSize is None or s.rollout.engine == "vllm",
+    ),
+    Rule(
+        scope=("spec", "model"),
+        field="maxtext",
+        message="is required with backend maxtext (the MaxText model name)",
+        cel="self.backend != 'maxtext' || has(self.maxtext)",
+        check=lambda m: m.backend != "maxtext" or m.maxtext is not None,
+    ),
+    Rule(
+        scope=("spec", "model"),
+        field="maxtext",
+        message="is only used by backend maxtext",
+        cel="!has(self.maxtext) || self.backend == 'maxtext'",
+        check=lambda m: m.maxtext is None or m.backend == "maxtext",
+    ),
+    Rule(
+        scope=("spec", "model"),
+        field="size",
+        message=f"with backend maxtext must be one of {', '.join(MAXTEXT_SIZES)} (tiny: the named "
+        "architecture shrunk to the 2-layer random demo decoder; full: as MaxText defines it)",
+        cel=f"self.backend != 'maxtext' || self.size in {_cel_list(MAXTEXT_SIZES)}",
+        check=lambda m: m.backend != "maxtext" or m.size in MAXTEXT_SIZES,
     ),
     *(_topology_rule(g) for g in tpu.GENERATIONS),
     Rule(

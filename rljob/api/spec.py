@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rljob.api.base import Model, PathStr
+from rljob.api.maxtext import BACKENDS, MaxTextSpec
 from rljob.api.pod import CapacitySpec, EnvVar, ObjectName, Volume, VolumeMount
 from rljob.api.progress import Progress
 from rljob.api.rules import violations
@@ -28,13 +29,21 @@ SINGULAR = "rljob"
 SHORT_NAMES = ("rlj",)
 
 Accelerator = Literal[ACCELERATORS]  # type: ignore[valid-type]
+Backend = Literal[BACKENDS]  # type: ignore[valid-type]
 Phase = Literal["Pending", "Queued", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 TERMINAL_PHASES: tuple[str, ...] = ("Succeeded", "Failed")
 
 
 class ModelSpec(Model):
-    """Which model to train: a Tunix model family and size, and where its weights live."""
+    """Which model to train: a Tunix model family and size (or a MaxText model), and where its weights
+    live."""
 
+    backend: Backend = "tunix"
+    """Model implementation: tunix (Tunix's models: family + size) or maxtext (MaxText's decoders through
+    MaxText's Tunix adapter: spec.model.maxtext; a separate Python 3.12 trainer image, docs/maxtext.md)."""
+    maxtext: MaxTextSpec | None = None
+    """The MaxText model, required with backend maxtext (then family is unused, size is tiny or full and
+    checkpointPath is MaxText's load_parameters_path)."""
     family: Literal["qwen3", "qwen2", "llama3", "gemma3"] = "qwen3"
     """Model family, one of Tunix's model implementations (tunix.models.<family>)."""
     size: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")] = "tiny"

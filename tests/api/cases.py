@@ -174,6 +174,35 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         "spec.tpu.slices",
     ),
     ("zero slices", manifest({"tpu": {"slices": 0}}), "spec.tpu.slices"),
+    ("tunix backend", manifest({"model": {"backend": "tunix", "family": "llama3"}}), None),
+    (
+        "maxtext backend",
+        manifest({"model": {"backend": "maxtext", "size": "full", "maxtext": {"modelName": "qwen3-8b"}}}),
+        None,
+    ),
+    (
+        "maxtext tiny with overrides",
+        manifest(
+            {
+                "model": {
+                    "backend": "maxtext",
+                    "maxtext": {"modelName": "llama3.1-8b", "overrides": {"remat_policy": "full"}},
+                }
+            }
+        ),
+        None,
+    ),
+    ("maxtext without its model", manifest({"model": {"backend": "maxtext"}}), "spec.model.maxtext"),
+    (
+        "maxtext model on the tunix backend",
+        manifest({"model": {"maxtext": {"modelName": "qwen3-8b"}}}),
+        "spec.model.maxtext",
+    ),
+    (
+        "maxtext with a tunix size",
+        manifest({"model": {"backend": "maxtext", "size": "8b", "maxtext": {"modelName": "qwen3-8b"}}}),
+        "spec.model.size",
+    ),
     ("mini divides batch", manifest({"grpo": {"batchSize": 8, "miniBatchSize": 4}}), None),
     (
         "mini does not divide batch",
@@ -303,6 +332,12 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         "too many rewards",
         manifest(merge(WORKLOAD, {"rewards": [{"name": "exactMatch"}] * 17})),
         "spec.rewards",
+    ),
+    ("unknown backend", manifest({"model": {"backend": "torch"}}), "spec.model.backend"),
+    (
+        "maxtext model name not a name",
+        manifest({"model": {"backend": "maxtext", "maxtext": {"modelName": "../qwen3"}}}),
+        "spec.model.maxtext.modelName",
     ),
 ]
 

@@ -14,6 +14,9 @@ packed row handed to ``model(...)`` attends across sequences. The adapter picks,
   ``attention.blocked_attention`` (block-sparse, cost follows the segments).
 * ``dense`` (any family, incl. gemma3): the model's own call with ``attention_mask`` set to the dense
   segment-causal mask. Exact but ``L**2`` per row; the fallback where no blocked forward exists.
+* ``segments`` (MaxText models behind MaxText's ``TunixMaxTextAdapter``, family ``maxtext``): the
+  model's own call with ``segment_ids``; the adapter hands them to MaxText as ``decoder_segment_ids``
+  and MaxText's attention masks by segment and causality itself (``dot_product`` on CPU, splash on TPU).
 
 The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache, no remat); the
 tests compare them against Tunix's own unpacked forward to 1e-5.
@@ -31,10 +34,11 @@ import jax.numpy as jnp
 
 from rljob_trainer.packing.attention import blocked_attention, segment_causal_mask
 
-Attention = Literal["auto", "splash", "blocked", "dense"]
+Attention = Literal["auto", "splash", "blocked", "dense", "segments"]
 BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
 DENSE_FAMILIES = ("qwen3", "qwen2", "llama3", "gemma3")
 SPLASH_FAMILIES = ("qwen3", "qwen2")
+SEGMENT_FAMILIES = ("maxtext",)
 SPLASH_BLOCKS = (1024, 512, 256, 128)  # Tunix's default first; splash needs multiples of 128
 
 
@@ -64,8 +68,11 @@ def flash_attention(model: Any, block: int) -> Iterator[None]:
 
 
 def family_of(model: Any) -> str:
-    """Tunix family name of a model instance, from its module (``tunix.models.<family>.model``)."""
+    """Tunix family name of a model instance, from its module (``tunix.models.<family>.model``), or
+    ``maxtext`` for a model behind MaxText's Tunix adapter (told by module name, never imported here)."""
     parts = type(model).__module__.split(".")
+    if parts[0] == "maxtext":
+        return "maxtext"
     if len(parts) >= 3 and parts[0] == "tunix" and parts[1] == "models":
         return parts[2]
     raise ValueError(f"not a Tunix model: {type(model).__module__}.{type(model).__name__}")
@@ -76,10 +83,17 @@ def resolve_attention(model: Any, attention: Attention = "auto") -> str:
     family = family_of(model)
     flash = bool(getattr(getattr(model, "config", None), "use_flash_attention", False))
     if attention == "auto":
+        if family in SEGMENT_FAMILIES:
+            return "segments"
         if flash and family in SPLASH_FAMILIES:
             return "splash"
         attention = "blocked" if family in BLOCKED_FAMILIES else "dense"
-    supported = {"splash": SPLASH_FAMILIES, "blocked": BLOCKED_FAMILIES, "dense": DENSE_FAMILIES}[attention]
+    supported = {
+        "splash": SPLASH_FAMILIES,
+        "blocked": BLOCKED_FAMILIES,
+        "dense": DENSE_FAMILIES,
+        "segments": SEGMENT_FAMILIES,
+    }[attention]
     if family not in supported:
         raise ValueError(f"packed attention {attention!r} does not support model family {family!r}")
     if attention != "splash" and flash:
@@ -110,6 +124,9 @@ def packed_logits(
     if attention == "splash":
         with flash_attention(model, block):
             logits, _ = model(tokens, positions=positions, cache=None, attention_mask=None, segment_ids=kv)
+    elif attention == "segments":
+        # One id array for queries and keys, as for splash (see above).
+        logits, _ = model(tokens, positions=positions, cache=None, attention_mask=None, segment_ids=kv)
     elif attention == "dense":
         kwargs: dict[str, Any] = {}
         if "segment_ids" in inspect.signature(model.__call__).parameters:
