@@ -180,16 +180,33 @@ copy_jobset_manifests() {
   log "jobset CRD and RBAC role copied from ${mod}"
 }
 
+# --- Kueue CRDs and RBAC role: from the module cache, like JobSet's ----------------
+copy_kueue_manifests() {
+  local dir mod
+  dir="$(kueue_dir)"
+  [[ -f "${dir}/manifests/role.yaml" && -f "${dir}/manifests/crds/kueue.x-k8s.io_workloads.yaml" ]] && return
+  mod="$(cd "${RLJOB_SRC_CACHE}" && go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | json_field Dir)"
+  [[ -f "${mod}/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml" ]] || die "no Kueue CRDs in ${mod}"
+  mkdir -p "${dir}/manifests/crds"
+  cp "${mod}"/config/components/crd/bases/*.yaml "${dir}/manifests/crds/"
+  cp "${mod}/config/components/rbac/role.yaml" "${dir}/manifests/"
+  chmod -R u+w "${dir}/manifests"   # the module cache is read-only
+  log "kueue CRDs and RBAC role copied from ${mod}"
+}
+
 main() {
   local start=${SECONDS}
   build_kubernetes
   go_tool etcd "$(etcd_dir)" go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" go.etcd.io/etcd/server/v3
   go_tool jobset "$(jobset_dir)" sigs.k8s.io/jobset "${JOBSET_VERSION}" sigs.k8s.io/jobset
+  go_tool kueue "$(kueue_dir)" sigs.k8s.io/kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
+    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
   go_tool kwok "$(kwok_dir)" sigs.k8s.io/kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok \
     "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
   go_tool helm "$(helm_dir)" helm.sh/helm/v3 "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
     "-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
   copy_jobset_manifests
+  copy_kueue_manifests
   install_prometheus_tools
   log "all binaries ready in $((SECONDS - start))s"
 }

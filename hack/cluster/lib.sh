@@ -36,6 +36,7 @@ json_field() {
 kube_dir() { echo "${RLJOB_BIN_CACHE}/kubernetes-${KUBERNETES_VERSION}"; }
 etcd_dir() { echo "${RLJOB_BIN_CACHE}/etcd-${ETCD_VERSION}"; }
 jobset_dir() { echo "${RLJOB_BIN_CACHE}/jobset-${JOBSET_VERSION}"; }
+kueue_dir() { echo "${RLJOB_BIN_CACHE}/kueue-${KUEUE_VERSION}"; }
 kwok_dir() { echo "${RLJOB_BIN_CACHE}/kwok-${KWOK_VERSION}"; }
 helm_dir() { echo "${RLJOB_BIN_CACHE}/helm-${HELM_VERSION}"; }
 # promtool's version is whatever Debian resolved; take the newest cached one.
@@ -61,6 +62,7 @@ bin_dirs() {
   kube_dir
   etcd_dir
   jobset_dir
+  kueue_dir
   kwok_dir
   helm_dir
   promtool_dir || true
@@ -99,6 +101,8 @@ ETCD_PEER_PORT="${RLJOB_ETCD_PEER_PORT:-23800}"
 APISERVER_PORT="${RLJOB_APISERVER_PORT:-16443}"
 JOBSET_WEBHOOK_PORT="${RLJOB_JOBSET_WEBHOOK_PORT:-19443}"
 JOBSET_HEALTH_PORT="${RLJOB_JOBSET_HEALTH_PORT:-18081}"
+KUEUE_WEBHOOK_PORT="${RLJOB_KUEUE_WEBHOOK_PORT:-19444}"
+KUEUE_HEALTH_PORT="${RLJOB_KUEUE_HEALTH_PORT:-18082}"
 KWOK_PORT="${RLJOB_KWOK_PORT:-10247}"
 KCM_PORT="${RLJOB_KCM_PORT:-10257}"
 SCHEDULER_PORT="${RLJOB_SCHEDULER_PORT:-10259}"

@@ -9,6 +9,7 @@
 #   system:kube-controller-manager bound by the default RBAC policy
 #   system:kube-scheduler          bound by the default RBAC policy
 #   jobset-controller              bound to JobSet's own ClusterRole by up.sh
+#   kueue-controller               bound to Kueue's own ClusterRole by up.sh (kueue.sh)
 #   kwok-controller                O=system:masters: it plays every kubelet, whose
 #                                  Node authorizer rights have no RBAC equivalent
 
@@ -74,6 +75,7 @@ make_pki() {
   new_cert kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
   new_cert kube-scheduler "/CN=system:kube-scheduler" clientAuth
   new_cert jobset-controller "/CN=jobset-controller" clientAuth
+  new_cert kueue-controller "/CN=kueue-controller" clientAuth
   new_cert kwok-controller "/O=system:masters/CN=kwok-controller" clientAuth
   # ServiceAccount token signing key pair.
   openssl genrsa -out "${PKI_DIR}/sa.key" 2048 2>/dev/null
@@ -84,7 +86,7 @@ make_pki() {
   cp "${PKI_DIR}/webhook.key" "${PKI_DIR}/webhook-certs/tls.key"
 
   local n
-  for n in kube-controller-manager kube-scheduler jobset-controller kwok-controller; do
+  for n in kube-controller-manager kube-scheduler jobset-controller kueue-controller kwok-controller; do
     write_kubeconfig "${PKI_DIR}/${n}.kubeconfig" "${n}"
   done
   # The admin kubeconfig is written last, by up.sh, once the cluster is ready: its

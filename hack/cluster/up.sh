@@ -2,10 +2,10 @@
 # Start the simulated GKE TPU cluster on 127.0.0.1 and print the KUBECONFIG to use.
 #
 #   etcd -> kube-apiserver (RBAC, PodSecurity) -> kube-controller-manager, kube-scheduler
-#   -> JobSet CRD + controller (webhooks registered by URL) -> kwok + fake TPU nodes
+#   -> JobSet CRD + controller (webhooks registered by URL) -> Kueue (kueue.sh) -> kwok + fake TPU nodes
 #
 # Idempotent: if a cluster is already running from $RLJOB_CLUSTER_DIR and healthy,
-# attach to it (check readiness, print the KUBECONFIG). Otherwise stop whatever is
+# attach to it (add Kueue if it is not running yet, check readiness, print the KUBECONFIG). Otherwise stop whatever is
 # left of an earlier one and start fresh. Builds missing binaries first (cached).
 #
 # Env: RLJOB_CLUSTER_DIR (default /tmp/rljob-cluster), ports in lib.sh.
@@ -18,6 +18,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${HERE}/lib.sh"
 # shellcheck source=SCRIPTDIR/pki.sh
 source "${HERE}/pki.sh"
+# shellcheck source=SCRIPTDIR/kueue.sh
+source "${HERE}/kueue.sh"
 
 lock_cluster
 "${HERE}/build.sh" >&2
@@ -117,6 +119,7 @@ main() {
   # --- attach ------------------------------------------------------------------
   if all_alive && kc get --raw /readyz >/dev/null 2>&1; then
     log "attaching to the cluster running from ${RLJOB_CLUSTER_DIR}"
+    ensure_kueue
     wait_ready
     finish
     return
@@ -200,6 +203,8 @@ EOF
     --kubeconfig="${PKI_DIR}/jobset-controller.kubeconfig" --metrics-bind-address=0
   "${HERE}/webhooks.sh" "https://127.0.0.1:${JOBSET_WEBHOOK_PORT}" "${PKI_DIR}/ca.crt" | kc apply -f - >&2
   wait_until 90 "jobset-controller /readyz" curl -fsS "http://127.0.0.1:${JOBSET_HEALTH_PORT}/readyz"
+
+  ensure_kueue
 
   # kwok plays the kubelet of every node annotated kwok.x-k8s.io/node=fake, driven by
   # our stages (hack/cluster/stages/). No node leases: the heartbeat stage keeps nodes Ready.

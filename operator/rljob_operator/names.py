@@ -70,8 +70,9 @@ MAX_RUN_DURATION_LABEL = "cloud.google.com/gke-max-run-duration-seconds"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """Kueue labels each Workload with the UID of the job (here: the JobSet) it admits."""
-KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta1", "workloads"
-"""v1beta1: served by every Kueue release that has ``Workload.spec.active`` (v0.17 serves v1beta2 too)."""
+KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
+"""v1beta2, Kueue's storage version: Kueue v0.17 refuses a patch of a Workload through the deprecated
+v1beta1 (its CEL rules fail on the converted object)."""
 
 
 def config_map_name(rljob_name: str) -> str:

@@ -172,14 +172,16 @@ def _create_failed(kube: Kube, raw: dict[str, Any], kind: str, exc: ApiException
     raise kopf.TemporaryError(f"creating the {kind} failed ({code}): {_api_message(exc)}", delay=30)
 
 
-def toggle_suspend(kube: Kube, body: Mapping[str, Any], suspend: bool) -> None:
+def toggle_suspend(kube: Kube, body: Mapping[str, Any], suspend: bool, *, post: Post = post_event) -> None:
     """``spec.suspend`` changed: suspend or resume the JobSet, never touching anything else of it.
 
     Without a queue, the JobSet's ``spec.suspend`` follows. With one, Kueue owns that field (it unsuspends
     on admission and would undo a suspend of an admitted JobSet), so the operator never writes it:
     suspending deactivates the Kueue Workload (Kueue evicts it, suspends the JobSet and frees the quota);
     resuming activates it again, or, for a JobSet created while the RLJob was suspended, adds the queue
-    label that hands it to Kueue (``jobset.queue_labels``).
+    label that hands it to Kueue (``jobset.queue_labels``). Either may leave the JobSet as it was (a
+    resumed RLJob whose JobSet stays suspended until admitted), so no JobSet event would follow: the status
+    is recomputed here (Suspended <-> Queued).
     """
     status = body.get("status") or {}
     if is_terminal(status):
@@ -196,9 +198,9 @@ def toggle_suspend(kube: Kube, body: Mapping[str, Any], suspend: bool) -> None:
     if names.QUEUE_LABEL not in (jobset["metadata"].get("labels") or {}):
         if not suspend:  # created while suspended: hand it to Kueue now
             kube.label_jobset(ns, names.jobset_name(name), {names.QUEUE_LABEL: queue})
-        return
-    if not kube.set_workload_active(ns, jobset["metadata"]["uid"], not suspend):
+    elif not kube.set_workload_active(ns, jobset["metadata"]["uid"], not suspend):
         raise kopf.TemporaryError(f"Kueue has no Workload for JobSet {ns}/{name} yet", delay=2)
+    sync_status(kube, ns, name, jobset, post=post, owner_uid=body["metadata"].get("uid"))
 
 
 def on_jobset_event(

@@ -134,12 +134,17 @@ def test_queued_suspend_and_resume_toggle_the_workload_never_the_jobset(kube, ev
     """Kueue owns a queued JobSet's spec.suspend: the operator deactivates/activates the Workload."""
     body = _create(kube, events, make_rljob("x").queue("lq").manifest())
     with pytest.raises(kopf.TemporaryError):  # Kueue has not made the Workload yet: retried
-        reconcile.toggle_suspend(kube, body, True)
+        reconcile.toggle_suspend(kube, body, True, post=_post(events))
     kube.add_workload("default", "uid-x")
-    reconcile.toggle_suspend(kube, body, True)
+    assert kube.rljob_status()["phase"] == "Queued"
+    kube.objects[("RLJob", "default", "x")]["spec"]["suspend"] = True
+    reconcile.toggle_suspend(kube, body, True, post=_post(events))
     assert kube.objects[("Workload", "default", "jobset-uid-x")]["active"] is False
-    reconcile.toggle_suspend(kube, body, False)
+    assert kube.rljob_status()["phase"] == "Suspended", "no JobSet event follows: the status is synced here"
+    kube.objects[("RLJob", "default", "x")]["spec"]["suspend"] = False
+    reconcile.toggle_suspend(kube, body, False, post=_post(events))
     assert kube.objects[("Workload", "default", "jobset-uid-x")]["active"] is True
+    assert kube.rljob_status()["phase"] == "Queued"
     assert not _jobset_writes(kube)
     assert kube.get_jobset("default", "x")["spec"]["suspend"] is True, "created suspended, Kueue starts it"
 
@@ -148,9 +153,9 @@ def test_queued_rljob_created_suspended_is_handed_to_kueue_on_resume(kube, event
     """Suspended at creation: no queue label (Kueue would admit and start it); resuming adds the label."""
     body = _create(kube, events, make_rljob("x").queue("lq").suspend().manifest())
     assert QUEUE_LABEL not in kube.get_jobset("default", "x")["metadata"]["labels"]
-    reconcile.toggle_suspend(kube, body, True)
+    reconcile.toggle_suspend(kube, body, True, post=_post(events))
     assert not _jobset_writes(kube)
-    reconcile.toggle_suspend(kube, body, False)
+    reconcile.toggle_suspend(kube, body, False, post=_post(events))
     assert _jobset_writes(kube) == [("label", "default", "x", QUEUE_LABEL, "lq")]
     assert kube.get_jobset("default", "x")["spec"]["suspend"] is True
 
