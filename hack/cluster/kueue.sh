@@ -96,20 +96,11 @@ metadata: {name: readiness-probe}
 EOF
 }
 
-# ensure_kueue -> Kueue's CRDs, RBAC, controller, webhooks and flavors, each only if missing.
+# ensure_kueue -> when the Kueue controller is not running: CRDs, RBAC, config, controller, webhooks and
+# flavors (every apply idempotent); then, always, wait until Kueue and its webhooks answer.
 ensure_kueue() {
   local dir cfg="${RLJOB_CLUSTER_DIR}/kueue-config.yaml"
   dir="$(kueue_dir)/manifests"
-  # RBAC every time (idempotent): Kueue's ClusterRole, and its namespaced Role on Secrets in its own
-  # namespace (config/components/rbac/manager_secrets_role.yaml: it watches them there).
-  kc create namespace kueue-system --dry-run=client -o yaml | kc apply -f - >/dev/null
-  sed 's/name: manager-role/name: kueue-manager-role/' "${dir}/role.yaml" | kc apply -f - >/dev/null
-  kc create clusterrolebinding kueue-manager --clusterrole=kueue-manager-role --user=kueue-controller \
-    --dry-run=client -o yaml | kc apply -f - >/dev/null
-  kc create role kueue-manager-secrets -n kueue-system --resource=secrets --verb=get,list,watch,update \
-    --dry-run=client -o yaml | kc apply -f - >/dev/null
-  kc create rolebinding kueue-manager-secrets -n kueue-system --role=kueue-manager-secrets \
-    --user=kueue-controller --dry-run=client -o yaml | kc apply -f - >/dev/null
   if ! alive kueue-controller; then
     log "kueue: installing (CRDs, RBAC, controller-manager, webhooks)"
     # A cluster started before Kueue was added has no client cert for it yet.
@@ -117,6 +108,16 @@ ensure_kueue() {
       new_cert kueue-controller "/CN=kueue-controller" clientAuth
       write_kubeconfig "${PKI_DIR}/kueue-controller.kubeconfig" kueue-controller
     fi
+    # Kueue's ClusterRole, and its Role on Secrets in its own namespace
+    # (config/components/rbac/manager_secrets_role.yaml: it watches them there).
+    kc create namespace kueue-system --dry-run=client -o yaml | kc apply -f - >/dev/null
+    sed 's/name: manager-role/name: kueue-manager-role/' "${dir}/role.yaml" | kc apply -f - >/dev/null
+    kc create clusterrolebinding kueue-manager --clusterrole=kueue-manager-role --user=kueue-controller \
+      --dry-run=client -o yaml | kc apply -f - >/dev/null
+    kc create role kueue-manager-secrets -n kueue-system --resource=secrets --verb=get,list,watch,update \
+      --dry-run=client -o yaml | kc apply -f - >/dev/null
+    kc create rolebinding kueue-manager-secrets -n kueue-system --role=kueue-manager-secrets \
+      --user=kueue-controller --dry-run=client -o yaml | kc apply -f - >/dev/null
     # Server-side: the Workload CRD is too big for the client-side apply annotation.
     kc apply --server-side --force-conflicts -f "${dir}/crds/" >&2
     wait_until 60 "Kueue CRDs established" kc wait --for=condition=Established --timeout=5s \
@@ -148,10 +149,11 @@ EOF
     fi
     start kueue-controller kueue --config="${cfg}" --kubeconfig="${PKI_DIR}/kueue-controller.kubeconfig"
     kueue_webhooks "https://127.0.0.1:${KUEUE_WEBHOOK_PORT}" "${PKI_DIR}/ca.crt" | kc apply -f - >&2
+    wait_until 90 "Kueue webhooks (server-side dry-run create)" kueue_ready
+    kueue_flavors | kc apply -f - >&2
   fi
   wait_until 90 "kueue-controller /readyz" curl -fsS "http://127.0.0.1:${KUEUE_HEALTH_PORT}/readyz"
   wait_until 90 "Kueue webhooks (server-side dry-run create)" kueue_ready
-  kueue_flavors | kc apply -f - >/dev/null
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" && "${1:-}" == flavors ]]; then
