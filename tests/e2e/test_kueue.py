@@ -205,7 +205,7 @@ def events_of(ns: str, name: str) -> set[str]:
 
 def test_kueue_queued_rljob_stays_suspended_until_admitted(ns: str, suspends: SuspendRecorder) -> None:
     submit(ns, "a")
-    wait_phase(ns, "a", "Queued", timeout=60)
+    wait_phase(ns, "a", "Queued", timeout=120)
     wait_for(lambda: workload(ns, "a"), timeout=30, message="Kueue made a Workload for the JobSet")
     # quota 0: Kueue cannot admit it; nothing may run meanwhile
     stays(lambda: jobset_suspended(ns, "a") and not pods(ns, "a") and phase(ns, "a") == "Queued", 10,
@@ -216,12 +216,12 @@ def test_kueue_queued_rljob_stays_suspended_until_admitted(ns: str, suspends: Su
     assert "Queued" in kubectl("get", "rljob", "a", "-n", ns), "kubectl get rlj shows the phase"
 
     quota(ns, CHIPS)
-    wait_for(lambda: admitted(ns, "a"), timeout=60, message="Kueue admits a once the quota allows")
+    wait_for(lambda: admitted(ns, "a"), timeout=120, message="Kueue admits a once the quota allows")
     wait_for(lambda: not jobset_suspended(ns, "a"), timeout=30, message="Kueue unsuspends the JobSet")
-    got = wait_for(lambda: pods(ns, "a"), timeout=60, message="pods after admission")
+    got = wait_for(lambda: pods(ns, "a"), timeout=120, message="pods after admission")
     # Kueue put the ResourceFlavor's node labels on the pods
     assert {p["spec"]["nodeSelector"][POOL] for p in got} == {FLAVOR}
-    wait_for(lambda: phase(ns, "a") not in ("Queued", None), timeout=60, message="a leaves Queued")
+    wait_for(lambda: phase(ns, "a") not in ("Queued", None), timeout=120, message="a leaves Queued")
     assert (condition(get("rljob", "a", ns), "Queued") or {}).get("status") == "False"
     wait_for(lambda: "Admitted" in events_of(ns, "a"), timeout=30, message="Admitted event on the RLJob")
     assert suspends.values["a"] == [True, False], suspends.values
@@ -232,9 +232,9 @@ def test_kueue_two_rljobs_on_a_quota_of_one_run_one_after_the_other(
 ) -> None:
     quota(ns, CHIPS)
     submit(ns, "first", forever=True)
-    wait_for(lambda: admitted(ns, "first"), timeout=60, message="first admitted")
+    wait_for(lambda: admitted(ns, "first"), timeout=120, message="first admitted")
     submit(ns, "second")
-    wait_phase(ns, "second", "Queued", timeout=60)
+    wait_phase(ns, "second", "Queued", timeout=120)
     wait_for(lambda: workload(ns, "second"), timeout=30, message="second's Workload")
     wait_phase(ns, "first", "Running")
     stays(lambda: not admitted(ns, "second") and jobset_suspended(ns, "second") and not pods(ns, "second"),
@@ -242,7 +242,7 @@ def test_kueue_two_rljobs_on_a_quota_of_one_run_one_after_the_other(
 
     finish(ns, "first")
     wait_phase(ns, "first", "Succeeded")
-    wait_for(lambda: admitted(ns, "second"), timeout=60, message="second admitted after first finished")
+    wait_for(lambda: admitted(ns, "second"), timeout=120, message="second admitted after first finished")
     first_done = condition(workload(ns, "first"), "Finished")
     second_in = condition(workload(ns, "second"), "Admitted")
     assert first_done and second_in and second_in["lastTransitionTime"] >= first_done["lastTransitionTime"]
@@ -255,18 +255,18 @@ def test_kueue_suspending_an_admitted_rljob_frees_the_quota(ns: str, suspends: S
     submit(ns, "a", forever=True)
     wait_phase(ns, "a", "Running")
     submit(ns, "b", forever=True)
-    wait_phase(ns, "b", "Queued", timeout=60)
+    wait_phase(ns, "b", "Queued", timeout=120)
 
     kubectl("patch", "rljob", "a", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_phase(ns, "a", "Suspended", timeout=60)
-    wait_for(lambda: admitted(ns, "b"), timeout=60, message="b admitted once a is suspended")
-    wait_for(lambda: not pods(ns, "a"), timeout=60, message="a's pods removed")
+    wait_phase(ns, "a", "Suspended", timeout=120)
+    wait_for(lambda: admitted(ns, "b"), timeout=120, message="b admitted once a is suspended")
+    wait_for(lambda: not pods(ns, "a"), timeout=120, message="a's pods removed")
     assert (workload(ns, "a") or {})["spec"]["active"] is False
     wait_phase(ns, "b", "Running")
 
     # Resumed while b holds the quota: a goes back to the queue, it does not start.
     kubectl("patch", "rljob", "a", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}')
-    wait_phase(ns, "a", "Queued", timeout=60)
+    wait_phase(ns, "a", "Queued", timeout=120)
     stays(lambda: not admitted(ns, "a") and jobset_suspended(ns, "a") and not pods(ns, "a"), 10,
           "a resumed past the quota")  # fmt: skip
     assert suspends.values == {"a": [True, False, True], "b": [True, False]}
@@ -277,10 +277,10 @@ def test_kueue_rljob_created_suspended_is_not_admitted_until_resumed(
 ) -> None:
     quota(ns, CHIPS)
     submit(ns, "held", suspend=True)
-    wait_phase(ns, "held", "Suspended", timeout=60)
+    wait_phase(ns, "held", "Suspended", timeout=120)
     stays(lambda: workload(ns, "held") is None and not pods(ns, "held"), 10,
           "Kueue took a suspended RLJob (it would admit and start it)")  # fmt: skip
     kubectl("patch", "rljob", "held", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}')
-    wait_for(lambda: admitted(ns, "held"), timeout=60, message="admitted once resumed")
-    wait_for(lambda: pods(ns, "held"), timeout=60, message="pods once admitted")
+    wait_for(lambda: admitted(ns, "held"), timeout=120, message="admitted once resumed")
+    wait_for(lambda: pods(ns, "held"), timeout=120, message="pods once admitted")
     assert suspends.values == {"held": [True, False]}
