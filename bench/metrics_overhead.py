@@ -4,11 +4,11 @@
 
 One real trainer run (``main.train`` on ``examples/tiny-cpu.yaml``: the random tiny Qwen3, packed rows of
 256, 8 prompts x 4 generations per step, on CPU), so both arms share one process, one compiled program and
-the same machine load. Steps alternate in blocks between the arms:
+the same machine load. Steps alternate in blocks between the arms (order on, off, off, on, ...):
 
 * **on**: ``TrainerMetrics`` receives every step (histograms, counters, FLOPs, MFU, goodput by kind) and
-  its ``/metrics`` server is scraped every ``--scrape-interval`` seconds (default 1 s: 15-30x more often
-  than a Prometheus scrape, so the scrape's share is overstated, not hidden);
+  its ``/metrics`` server is scraped every ``--scrape-interval`` seconds (default 15 s, a short Prometheus
+  interval; ``--scrape-interval 1`` overstates the scrape's share on purpose);
 * **off**: the same step with the metrics callback skipped and no scrape.
 
 A step's wall time is measured from one step's start to the next step's start, so it includes the
@@ -54,8 +54,10 @@ class Switch:
             self.compile_total += duration_secs
 
     def on_step_start(self, step: int) -> None:
-        # Arms alternate by block after the warm-up: on, off, on, off, ... (warm-up steps run "on").
-        self.on = step <= self.warmup or ((step - self.warmup - 1) // self.block) % 2 == 0
+        # Blocks after the warm-up in the order on, off, off, on, on, off, off, on, ... (ABBA: a slow drift of
+        # the machine's load hits both arms alike); warm-up steps run "on".
+        block = (step - self.warmup - 1) // self.block
+        self.on = step <= self.warmup or block % 4 in (0, 3)
         self.starts.append((step, time.perf_counter(), self.on, self.compile_total))
         if self.on and self.metrics is not None:
             self.metrics.on_step_start(step)
@@ -107,10 +109,10 @@ def summary(xs: list[float]) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--blocks", type=int, default=6, help="blocks per arm")
+    ap.add_argument("--blocks", type=int, default=8, help="blocks per arm (a multiple of 2 keeps ABBA whole)")
     ap.add_argument("--block", type=int, default=5, help="steps per block")
     ap.add_argument("--warmup", type=int, default=6, help="first steps (compiles) not measured")
-    ap.add_argument("--scrape-interval", type=float, default=1.0)
+    ap.add_argument("--scrape-interval", type=float, default=15.0, help="seconds (Prometheus: 15-60)")
     ap.add_argument("--config", default=str(ROOT / "examples" / "tiny-cpu.yaml"))
     ap.add_argument("--out", default=None, help="write the result as JSON here")
     args = ap.parse_args()
@@ -166,7 +168,7 @@ def main() -> int:
         "load_avg_1_5_15_before": load_before,
         "load_avg_1_5_15_after": load_after,
         "workload": f"{args.config}: tiny qwen3, packed rows 256, 8 prompts x 4 generations, "
-        f"{steps} steps ({args.warmup} warm-up), blocks of {args.block} alternating on/off",
+        f"{steps} steps ({args.warmup} warm-up), blocks of {args.block} in the order on/off/off/on",
         "scrape_interval_s": args.scrape_interval,
         "scrapes": scrapes[0],
         "arms": {"on": on, "off": off},
