@@ -23,7 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljob_trainer.packing.attention import BlockPairs, block_pairs
-from rljob_trainer.packing.rows import RowPlan, ShapeCache, pack_rows, plan_rows
+from rljob_trainer.packing.rows import (
+    RowPlan,
+    ShapeCache,
+    balance_rows,
+    pack_rows,
+    plan_rows,
+    row_costs,
+    shard_imbalance,
+)
 
 
 @flax.struct.dataclass(frozen=True)
@@ -113,6 +121,7 @@ class PackedLayout:
     kv_segment_ids: np.ndarray  # [R, L]: segment_ids with pad tokens inside completions set to 0
     completion_index: np.ndarray  # [B, Tc] flat index into R * L (0 for padding)
     pairs: BlockPairs | None  # block-sparse attention only
+    shard_imbalance: float = 1.0  # max / mean estimated cost over data-parallel shards (rows.row_costs)
 
     def device_rows(self) -> dict[str, jax.Array]:
         """The model inputs as device arrays, keyed like ``PackedTrainExample``'s fields."""
@@ -145,8 +154,15 @@ def plan_layout(
     attention_block: int | None = None,
     row_multiple: int = 1,
     shapes: ShapeCache | None = None,
+    attention_weight: float | None = None,
 ) -> PackedLayout:
-    """Best-fit-decreasing rows for one micro-batch (see ``pack_train_example`` for the arguments)."""
+    """Best-fit-decreasing rows for one micro-batch (see ``pack_train_example`` for the arguments).
+
+    With ``row_multiple`` > 1 (the data-parallel width) the rows are then ordered so each shard's block
+    of rows has near-equal cost ``len + attention_weight * len**2`` (default ``1 / row_len``: a full-row
+    sequence's attention counts as much as its per-token work).
+    """
+    attention_weight = 1.0 / row_len if attention_weight is None else attention_weight
     p_ids, c_ids = np.asarray(prompt_ids), np.asarray(completion_ids)
     c_mask = np.asarray(completion_mask).astype(bool)
     p_len, c_len = _real_lengths(np.asarray(prompt_mask).astype(bool), c_mask)
@@ -163,11 +179,28 @@ def plan_layout(
             rows = pack_rows(plan, seqs, pad_id)
         if bp is not None:
             bp = bp.padded(num_pairs)
+    costs = row_costs(plan, attention_weight)
+    if row_multiple > 1:  # data-parallel shards: equal row counts, near-equal cost (rows.balance_rows)
+        new_row = balance_rows(costs, row_multiple)
+        plan = dataclasses.replace(plan, row=new_row[plan.row].astype(np.int32))
+        rows = pack_rows(plan, seqs, pad_id)
+        costs = costs[np.argsort(new_row)]
+        if bp is not None:
+            bp = dataclasses.replace(bp, row=np.where(bp.valid, new_row[bp.row], 0).astype(np.int32))
     base = plan.row.astype(np.int64) * row_len + plan.offset + p_len  # flat index of completion token 0
     cols = np.arange(c_ids.shape[1])[None]
     completion_index = np.where(c_len[:, None] > cols, base[:, None] + cols, 0).astype(np.int32)
     positions, kv_segment_ids = _holes(plan, rows, p_len, c_len, c_mask)
-    return PackedLayout(plan, rows.tokens, positions, rows.segment_ids, kv_segment_ids, completion_index, bp)
+    return PackedLayout(
+        plan,
+        rows.tokens,
+        positions,
+        rows.segment_ids,
+        kv_segment_ids,
+        completion_index,
+        bp,
+        shard_imbalance(costs, row_multiple),
+    )
 
 
 def pack_train_example(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +52,8 @@ class PackingStats:
     rows_padded: int = 0
     row_len: int = 0
     last_utilization: float = 0.0
+    last_shard_imbalance: float = 1.0  # max / mean estimated row cost over data-parallel shards
+    host_seconds: float = 0.0  # row planning, index building and host-to-device transfers, all passes
 
     def add(self, plan: RowPlan) -> None:
         self.micro_batches += 1
@@ -208,7 +211,8 @@ class PackedGRPOLearner(GRPOLearner):
     def _plan(
         self, prompt_ids: Any, prompt_mask: Any, completion_ids: Any, completion_mask: Any
     ) -> PackedLayout:
-        return plan_layout(
+        started = time.perf_counter()
+        layout = plan_layout(
             prompt_ids,
             prompt_mask,
             completion_ids,
@@ -219,6 +223,8 @@ class PackedGRPOLearner(GRPOLearner):
             row_multiple=self.row_multiple,
             shapes=self.shapes,
         )
+        self.packing_stats.host_seconds += time.perf_counter() - started
+        return layout
 
     def _packed_logps(
         self, model: Any, prompt_tokens: Any, completion_tokens: Any, temperature: float
@@ -234,9 +240,12 @@ class PackedGRPOLearner(GRPOLearner):
             layout = self._plan(
                 example.prompt_ids, example.prompt_mask, example.completion_ids, example.completion_mask
             )
-        return pack_train_example(
+        started = time.perf_counter()
+        out = pack_train_example(
             example, self.row_len, pad_id=self.rl_cluster.rollout.pad_id(), layout=layout
         )
+        self.packing_stats.host_seconds += time.perf_counter() - started
+        return out
 
     def _process_accumulated_batches(
         self,
@@ -252,17 +261,22 @@ class PackedGRPOLearner(GRPOLearner):
             list(planned) if len(planned) == len(produced) else [None] * len(produced)
         )
         packed = []
-        for example, layout in zip(produced, layouts, strict=True):
+        for example, given in zip(produced, layouts, strict=True):
+            layout = given or self._plan(
+                example.prompt_ids, example.prompt_mask, example.completion_ids, example.completion_mask
+            )
             ex, plan = self.pack(example, layout)
             packed.append(ex)
             if mode == rl_cluster_lib.Mode.TRAIN:
                 self.packing_stats.add(plan)
+                self.packing_stats.last_shard_imbalance = layout.shard_imbalance
             self.rl_cluster.buffer_metrics(
                 {
                     "packing/row_utilization": (plan.utilization, np.mean),
                     "packing/padded_row_utilization": (plan.padded_utilization, np.mean),
                     "packing/rows": (plan.num_rows, np.mean),
                     "packing/compiled_shapes": (len(self.shapes.shapes), np.max),
+                    "packing/shard_imbalance": (layout.shard_imbalance, np.max),
                 },
                 mode=mode,
             )

@@ -199,6 +199,48 @@ def plan_rows(
     return RowPlan(row_len, num_rows, rows_used, row, offset, lengths.astype(np.int32), segment)
 
 
+def row_costs(plan: RowPlan, attention_weight: float) -> np.ndarray:
+    """Estimated compute of each row: ``len + attention_weight * len**2`` summed over its sequences.
+
+    Per-token work (projections, MLP, head) grows with ``len``; segment-aware attention (splash,
+    block-sparse) with ``len**2`` per sequence. Empty rows (the bucket's padding) cost 0.
+    """
+    n = plan.length.astype(np.float64)
+    return np.bincount(plan.row, weights=n + attention_weight * n * n, minlength=plan.num_rows)
+
+
+def balance_rows(costs: np.ndarray, shards: int) -> np.ndarray:
+    """New index of every row so that each data-parallel shard gets the same number of rows and
+    near-equal cost: longest-processing-time first, each row to the least loaded shard with room.
+
+    Rows sharded on the data axis go in contiguous blocks (shard ``s`` holds rows ``s*per .. (s+1)*per``),
+    so the returned ``new[r]`` places row ``r`` in its shard's block. Without this the bucket's empty
+    rows all land on the last shard(s), which then idle while the others compute.
+    """
+    R = costs.size
+    if shards <= 1 or R % shards:
+        return np.arange(R)
+    per = R // shards
+    load = np.zeros(shards)
+    count = np.zeros(shards, np.int64)
+    new = np.empty(R, np.int64)
+    for r in np.argsort(-costs, kind="stable"):
+        room = np.flatnonzero(count < per)
+        s = room[np.argmin(load[room])]
+        new[r] = s * per + count[s]
+        count[s] += 1
+        load[s] += costs[r]
+    return new
+
+
+def shard_imbalance(costs: np.ndarray, shards: int) -> float:
+    """Max over mean of the shards' total cost (1.0 = perfectly balanced) for contiguous row blocks."""
+    if shards <= 1 or costs.size % shards or costs.sum() == 0:
+        return 1.0
+    loads = costs.reshape(shards, -1).sum(-1)
+    return float(loads.max() / loads.mean())
+
+
 @dataclass(frozen=True)
 class PackedRows:
     """Token rows with their segment ids and per-sequence positions, all ``[num_rows, row_len]``."""
