@@ -18,8 +18,9 @@ packed row handed to ``model(...)`` attends across sequences. The adapter picks,
   model's own call with ``segment_ids``; the adapter hands them to MaxText as ``decoder_segment_ids``
   and MaxText's attention masks by segment and causality itself (``dot_product`` on CPU, splash on TPU).
 
-The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache, no remat); the
-tests compare them against Tunix's own unpacked forward to 1e-5.
+The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache, no remat) up to the
+final norm (``packed_hidden``; the head is applied whole by ``packed_logits`` or in token chunks by
+``head.chunked_token_logps``); the tests compare them against Tunix's own unpacked forward to 1e-5.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from rljob_trainer.packing.attention import blocked_attention, segment_causal_mask
+from rljob_trainer.packing.attention import blocked_attention, dense_attention, segment_causal_mask
+from rljob_trainer.packing.head import tied_head
 
 Attention = Literal["auto", "splash", "blocked", "dense", "segments"]
 BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
@@ -136,14 +138,42 @@ def packed_logits(
     elif attention == "blocked":
         if pairs is None:
             raise ValueError("blocked attention needs block pairs (PackedTrainExample built with it)")
-
-        def attend(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
-            return blocked_attention(q, k, v, segment_ids, pairs, block=block, scale=scale, kv_segment_ids=kv)
-
-        logits = _BLOCKED[family_of(model)](model, tokens, positions, attend)
+        logits = _head(model, packed_hidden(model, tokens, positions, segment_ids, pairs, block=block, kv=kv))
     else:
         raise ValueError(f"unknown packed attention {attention!r}")
     return jnp.astype(logits, jnp.float32)
+
+
+def packed_hidden(
+    model: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    segment_ids: jax.Array,
+    pairs: tuple[jax.Array, ...] | None,
+    *,
+    block: int,
+    kv: jax.Array | None = None,
+) -> jax.Array:
+    """Final-norm hidden states ``[R, L, D]`` (the head's input) of the blocked forward (qwen3/qwen2/llama3).
+
+    ``pairs`` None: dense segment-causal attention over the full ``[L, L]`` (what Tunix's own non-flash
+    attention computes), for comparing kernels with the same head.
+    """
+    family = family_of(model)
+    if family not in BLOCKED_FAMILIES:
+        raise ValueError(f"no hidden-state forward for model family {family!r}")
+
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
+        if pairs is None:
+            return dense_attention(q, k, v, segment_ids, scale=scale, kv_segment_ids=kv)
+        return blocked_attention(q, k, v, segment_ids, pairs, block=block, scale=scale, kv_segment_ids=kv)
+
+    return _BLOCKED[family](model, tokens, positions, attend)
+
+
+def _head(model: Any, x: jax.Array) -> jax.Array:
+    """The model's output head (tied embedding or ``lm_head``), as its own ``__call__`` applies it."""
+    return model.embedder.decode(x) if tied_head(model) else model.lm_head(x)
 
 
 Attend = Callable[[jax.Array, jax.Array, jax.Array, float], jax.Array]
@@ -165,8 +195,7 @@ def _qwen3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) 
         k = q3.apply_rope(a.k_norm(a.k_proj(x)), positions, head_dim=a.head_dim)
         return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
 
-    x = _decoder(model, model.embedder.encode(tokens), attn_fn)
-    return model.embedder.decode(x) if model.config.use_tied_embedding else model.lm_head(x)
+    return _decoder(model, model.embedder.encode(tokens), attn_fn)
 
 
 def _qwen2(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
@@ -187,8 +216,7 @@ def _qwen2(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) 
         k = q2.apply_rotary_embedding(proj(a.k_proj, a.k_bias), sin, cos)
         return a.o_proj(attend(q, k, proj(a.v_proj, a.v_bias), a.scale))
 
-    x = _decoder(model, x, attn_fn)
-    return model.embedder.decode(x) if cfg.use_tied_embedding else model.lm_head(x)
+    return _decoder(model, x, attn_fn)
 
 
 def _llama3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
@@ -199,8 +227,7 @@ def _llama3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend)
         k = l3.apply_rope(a.k_proj(x), positions, head_dim=a.head_dim)
         return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
 
-    x = _decoder(model, model.embedder.encode(tokens), attn_fn)
-    return model.embedder.decode(x) if model.config.weight_tying else model.lm_head(x)
+    return _decoder(model, model.embedder.encode(tokens), attn_fn)
 
 
 _BLOCKED: dict[str, Callable[[Any, jax.Array, jax.Array, Attend], jax.Array]] = {

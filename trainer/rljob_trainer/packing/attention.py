@@ -160,14 +160,21 @@ def blocked_attention(
 
 
 def dense_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, *, scale: float
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    segment_ids: jax.Array,
+    *,
+    scale: float,
+    kv_segment_ids: jax.Array | None = None,
 ) -> jax.Array:
-    """Reference: dense segment-causal attention with the same semantics as ``blocked_attention``."""
+    """Dense segment-causal attention with the same semantics as ``blocked_attention``: the reference in
+    tests, and the unpacked arm's kernel in the benchmark (the full ``[L, L]`` scores, as Tunix computes)."""
     R, L, N, D = q.shape
     K = k.shape[2]
     qg = q.reshape(R, L, K, N // K, D)
     s = jnp.einsum("BTKGD,BSKD->BKGTS", qg, k).astype(jnp.float32) * scale
-    mask = segment_causal_mask(segment_ids)[:, None, None]
+    mask = segment_causal_mask(segment_ids, kv_segment_ids)[:, None, None]
     s = jnp.where(mask, s, _NEG)
     e = jnp.where(mask, jnp.exp(s - s.max(-1, keepdims=True)), 0.0)
     denom = e.sum(-1, keepdims=True)

@@ -104,6 +104,8 @@ class PackedGRPOLearner(GRPOLearner):
         TPU backend (qwen3/qwen2): Tunix's splash kernel with segment ids, block = ``splash_block(row)``.
       attention_block: preferred block size of the block-sparse attention.
       row_multiple: rows per micro-batch are a multiple of this (the data-parallel width).
+      vocab_chunk: > 0 computes the per-token log-probs through the vocabulary head that many tokens
+        at a time (``head.chunked_token_logps``: exact, no ``[R, L, V]`` logits; blocked/dense only).
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class PackedGRPOLearner(GRPOLearner):
         attention: str = "auto",
         attention_block: int = 128,
         row_multiple: int = 1,
+        vocab_chunk: int = 0,
         metric_fns: Sequence[Any] | None = None,
         data_shuffle_seed: int | None = None,
     ):
@@ -160,12 +163,18 @@ class PackedGRPOLearner(GRPOLearner):
             self.attention,
             self.attention_block,
         )
+        if vocab_chunk and self.attention == "splash":
+            raise ValueError("a chunked vocabulary head needs blocked or dense packed attention, not splash")
+        self.vocab_chunk = vocab_chunk
         self.packing_stats = PackingStats()
         # One cache per run: micro-batches reuse compiled (rows, pairs) shapes instead of recompiling.
         nb = row_tokens // self.attention_block if self.attention == "blocked" else 0
         self.shapes = ShapeCache(multiple_of=row_multiple, max_pairs_per_row=nb * (nb + 1) // 2)
         self.rl_cluster.actor_trainer.with_loss_fn(
-            make_packed_grpo_loss_fn(attention=self.attention, block=self.attention_block), has_aux=True
+            make_packed_grpo_loss_fn(
+                attention=self.attention, block=self.attention_block, vocab_chunk=vocab_chunk
+            ),
+            has_aux=True,
         )
         self._micro_sizes: list[int] = []
         self._planned: tuple[Any, Any, list[PackedLayout]] | None = None  # (prompts, completions, plans)
@@ -231,7 +240,12 @@ class PackedGRPOLearner(GRPOLearner):
     ) -> Any:
         layouts = self._layouts(prompt_tokens, completion_tokens)
         return packed_completion_logps(
-            model, layouts, temperature=temperature, attention=self.attention, block=self.attention_block
+            model,
+            layouts,
+            temperature=temperature,
+            attention=self.attention,
+            block=self.attention_block,
+            vocab_chunk=self.vocab_chunk,
         )
 
     def pack(self, example: Any, layout: PackedLayout | None = None) -> tuple[PackedTrainExample, RowPlan]:

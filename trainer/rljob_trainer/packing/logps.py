@@ -44,24 +44,44 @@ class PackedInputs:
         return (self.pair_row, self.pair_q, self.pair_k, self.pair_valid)
 
 
-@functools.partial(jax.jit, static_argnames=("temperature", "attention", "block"))
+@functools.partial(jax.jit, static_argnames=("temperature", "attention", "block", "vocab_chunk"))
 def _logps(
-    graphdef: Any, state: Any, rows: PackedInputs, *, temperature: float, attention: str, block: int
+    graphdef: Any,
+    state: Any,
+    rows: PackedInputs,
+    *,
+    temperature: float,
+    attention: str,
+    block: int,
+    vocab_chunk: int = 0,
 ) -> jax.Array:
     model = nnx.merge(graphdef, state)
     logps, _ = packed_per_token_logps(
-        model, rows, temperature=temperature, attention=attention, block=block, entropy=False
+        model,
+        rows,
+        temperature=temperature,
+        attention=attention,
+        block=block,
+        entropy=False,
+        vocab_chunk=vocab_chunk,
     )
     return jax.lax.stop_gradient(logps)
 
 
 def packed_completion_logps(
-    model: Any, layouts: Sequence[PackedLayout], *, temperature: float, attention: str, block: int
+    model: Any,
+    layouts: Sequence[PackedLayout],
+    *,
+    temperature: float,
+    attention: str,
+    block: int,
+    vocab_chunk: int = 0,
 ) -> jax.Array:
     """``[sum B, Tc]`` per-token log-probs of the completion tokens of consecutive micro-batches.
 
     What Tunix's ``compute_per_token_logps(prompt, completion, temperature=...)`` returns for the
-    concatenated micro-batches, at every real completion token.
+    concatenated micro-batches, at every real completion token. ``vocab_chunk``: see
+    ``loss.packed_per_token_logps``.
     """
     graphdef, state = nnx.split(model)
     outs = [
@@ -72,6 +92,7 @@ def packed_completion_logps(
             temperature=float(temperature),
             attention=attention,
             block=block,
+            vocab_chunk=vocab_chunk,
         )
         for layout in layouts
     ]

@@ -19,8 +19,9 @@ import jax.numpy as jnp
 from tunix.rl import common
 from tunix.rl.algo_core import masked_mean
 
-from rljob_trainer.packing.adapter import packed_logits
+from rljob_trainer.packing.adapter import packed_hidden, packed_logits
 from rljob_trainer.packing.example import PackedTrainExample
+from rljob_trainer.packing.head import chunked_token_logps, head_weight
 
 
 def packed_per_token_logps(
@@ -31,6 +32,7 @@ def packed_per_token_logps(
     attention: str,
     block: int,
     entropy: bool = True,
+    vocab_chunk: int = 0,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Per-token log-probs and entropies of the completion tokens, ``[B, Tc]`` each, from packed rows.
 
@@ -38,7 +40,33 @@ def packed_per_token_logps(
     completion_index). Column ``t`` of a row predicts token ``t + 1``; a completion token is never the
     first of its segment (prompts have >= 1 token), so its predicting column is always inside its own
     sequence. ``entropy=False`` (reference / old-policy passes) skips the entropies (returns None).
+    ``vocab_chunk`` > 0 (blocked/dense attention, qwen3/qwen2/llama3): the head runs over that many
+    tokens at a time (``head.chunked_token_logps``) instead of materialising ``[R, L, V]`` logits.
     """
+    flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
+    if vocab_chunk:
+        if attention not in ("blocked", "dense"):
+            raise ValueError(f"a chunked vocabulary head needs blocked or dense attention, not {attention!r}")
+        hidden = packed_hidden(
+            model,
+            ex.tokens,
+            ex.positions,
+            ex.segment_ids,
+            ex.pairs if attention == "blocked" else None,
+            block=block,
+            kv=ex.kv_segment_ids,
+        )[:, :-1]
+        token_logp, token_entropy = chunked_token_logps(
+            hidden,
+            ex.tokens[:, 1:],
+            head_weight(model),
+            temperature=temperature,
+            chunk=vocab_chunk,
+            entropy=entropy,
+            dtype=getattr(model.config, "dtype", None),
+        )
+        logps = flat(token_logp)[ex.completion_index]
+        return logps, (flat(token_entropy)[ex.completion_index] if entropy else None)
     logits = packed_logits(
         model,
         ex.tokens,
@@ -53,7 +81,6 @@ def packed_per_token_logps(
         logits = logits / temperature
     logp_all = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     token_logp = jnp.take_along_axis(logp_all, ex.tokens[:, 1:, None], axis=-1)[..., 0]
-    flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
     if not entropy:
         return flat(token_logp)[ex.completion_index], None
     token_entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
@@ -156,12 +183,12 @@ def grpo_loss_from_logps(
 
 
 def make_packed_grpo_loss_fn(
-    *, attention: str, block: int
+    *, attention: str, block: int, vocab_chunk: int = 0
 ) -> Callable[[Any, PackedTrainExample, Any], tuple[jax.Array, dict[str, jax.Array]]]:
     """A loss fn with the signature Tunix's actor trainer calls: ``(model, train_example, algo_config)``.
 
     ``attention`` is a resolved implementation (``adapter.resolve_attention``); ``block`` the attention
-    block size used when the examples were packed.
+    block size used when the examples were packed; ``vocab_chunk`` see ``packed_per_token_logps``.
     """
 
     def loss_fn(model: Any, train_example: PackedTrainExample, algo_config: Any) -> Any:
@@ -170,7 +197,12 @@ def make_packed_grpo_loss_fn(
                 f"packed loss implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}"
             )
         logps, entropy = packed_per_token_logps(
-            model, train_example, temperature=algo_config.temperature, attention=attention, block=block
+            model,
+            train_example,
+            temperature=algo_config.temperature,
+            attention=attention,
+            block=block,
+            vocab_chunk=vocab_chunk,
         )
         return grpo_loss_from_logps(logps, entropy, train_example, algo_config)
 

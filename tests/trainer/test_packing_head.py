@@ -1,0 +1,105 @@
+"""Chunked vocabulary head (``packing.head``): packed log-probs, GRPO loss and gradients == Tunix unpacked.
+
+The chunk sizes below do not divide the token count, so the padded last chunk is exercised too.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from rljob_trainer.packing.example import pack_train_example, plan_layout
+from rljob_trainer.packing.head import chunked_token_logps, head_weight
+from rljob_trainer.packing.logps import packed_completion_logps
+from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
+from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
+from tunix.rl import common
+from tunix.rl.algo_core import grpo_loss_fn
+
+ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
+PROMPTS = [4, 2, 3, 1, 4, 2, 1, 3]
+COMPLETIONS = [28, 5, 20, 1, 9, 13, 2, 7]
+
+
+def test_chunked_token_logps_equal_log_softmax():
+    rng = np.random.default_rng(0)
+    hidden = jnp.asarray(rng.normal(size=(3, 11, 16)), jnp.float32)
+    weight = jnp.asarray(rng.normal(size=(300, 16)), jnp.float32)
+    targets = jnp.asarray(rng.integers(0, 300, (3, 11)))
+    logp_all = jax.nn.log_softmax((hidden @ weight.T) / 0.7, axis=-1)
+    want = np.asarray(jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0])
+    want_ent = np.asarray(-jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1))
+    for chunk in (1, 7, 33, 64):
+        got, ent = chunked_token_logps(hidden, targets, weight, temperature=0.7, chunk=chunk, entropy=True)
+        assert got.shape == targets.shape
+        assert np.abs(np.asarray(got) - want).max() < 1e-5, chunk
+        assert np.abs(np.asarray(ent) - want_ent).max() < 1e-5, chunk
+
+
+@pytest.mark.parametrize(
+    ("family", "attention", "overrides"),
+    [
+        ("qwen3", "blocked", {}),
+        ("qwen3", "dense", {"use_tied_embedding": False}),
+        ("qwen2", "blocked", {}),
+        ("llama3", "blocked", {"weight_tying": False}),
+    ],
+)
+def test_chunked_head_logps_equal_unpacked(family, attention, overrides):
+    model = tiny_model(family, seed=5, **overrides)
+    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=3)
+    p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
+    layout = plan_layout(p, p != PAD_ID, c, c != PAD_ID, ROW, pad_id=PAD_ID, attention_block=BLOCK)
+    assert layout.plan.rows_used < len(PROMPTS)  # rows hold several sequences
+    got = np.asarray(
+        packed_completion_logps(
+            model, [layout], temperature=0.7, attention=attention, block=BLOCK, vocab_chunk=37
+        )
+    )
+    graphdef, state = nnx.split(model)
+    want = np.asarray(
+        common.compute_per_token_logps(
+            graphdef, state, ex.prompt_ids, ex.completion_ids, PAD_ID, EOS_ID, temperature=0.7
+        )
+    )
+    mask = np.asarray(ex.completion_mask)
+    assert got.shape == want.shape
+    assert np.abs(np.where(mask, got - want, 0.0)).max() < 1e-5
+    assert np.abs(want[mask]).min() > 0
+
+
+@pytest.mark.parametrize(("family", "attention"), [("qwen3", "blocked"), ("llama3", "dense")])
+def test_chunked_head_loss_and_grads_equal_unpacked(family, attention):
+    model = tiny_model(family, seed=1)
+    cfg = grpo_config()
+    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=2)
+    packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
+    assert plan.rows_used < len(PROMPTS)
+    packed_fn = make_packed_grpo_loss_fn(attention=attention, block=BLOCK, vocab_chunk=50)
+
+    def loss_and_grads(fn):
+        (loss, aux), grads = nnx.value_and_grad(fn, has_aux=True)(model)
+        return float(loss), aux, jax.tree.leaves(nnx.state(grads, nnx.Param))
+
+    want_loss, want_aux, want_g = loss_and_grads(
+        lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)
+    )
+    got_loss, got_aux, got_g = loss_and_grads(lambda m: packed_fn(m, packed, cfg))
+    assert abs(got_loss - want_loss) < 1e-5
+    for key in ("kl", "pg_loss", "entropy", "ppo_kl"):
+        assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
+    scale = max(float(np.abs(np.asarray(g)).max()) for g in want_g)
+    assert scale > 1e-4  # gradients are not trivially zero
+    for g, w in zip(got_g, want_g, strict=True):
+        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+
+
+def test_head_weight_is_what_the_model_multiplies_by():
+    for family, overrides in (("qwen3", {}), ("qwen3", {"use_tied_embedding": False}), ("llama3", {})):
+        model = tiny_model(family, seed=2, **overrides)
+        x = jnp.ones((1, 1, model.config.embed_dim))
+        tied = overrides.get("use_tied_embedding", True)
+        want = model.embedder.decode(x) if tied else model.lm_head(x)
+        assert np.abs(np.asarray(x[0, 0] @ head_weight(model).T - want[0, 0])).max() < 1e-5
