@@ -1,25 +1,28 @@
-"""Packing benchmark: actor-train seconds per step, packed vs unpacked, on identical samples.
+"""Packing benchmark: what packing buys on the actor side, on a seed-shaped GRPO workload.
 
-A seed-shaped GRPO workload scaled to a small CPU: rows of ``--row`` tokens; prompts ~1.2% of the row,
-completions ~36% of the row on average with varied lengths, and the longest sequence exactly a row (so
-the unpacked batch is ``[batch, row]``, as Tunix pads it to max prompt + max completion). Both arms train
-the same tiny random model (fp32, SGD with lr 0 so every step sees the same weights) on the same
-pre-generated micro-batches with the same jitted train step as Tunix's ``PeftTrainer._train_step``
-(value_and_grad of the loss + optimizer update); only the loss differs: Tunix's ``grpo_loss_fn`` on the
-unpacked ``TrainExample`` vs ``make_packed_grpo_loss_fn`` on its packed rows.
+Reports in one run (JSON in ``--out``, default ``bench/results/packing.json``):
 
-Each arm runs in its own process so peak RSS is per arm. Shapes are compiled in a warm-up pass over all
-batches, then ``--steps`` batches are timed. Prints a table and writes JSON (``--out``).
+1. packing alone: train step, packed vs unpacked where both use block-sparse attention (the unpacked
+   arm skips all-padding blocks too), as % of the token-ratio limit (padded / real tokens);
+2. whole actor side: reference + old-policy log-probs + train step (+ the packed arm's host work),
+   packed vs what Tunix gives unpacked;
+3. the same two on a model with Qwen3-0.6B's widths and ``--wide-layers`` layers, with a chunked
+   vocabulary head (``--vocab-chunk`` tokens at a time) in every arm;
+4. rows used vs rows computed; 5. data-parallel shard imbalance with and without balancing;
+6. host seconds per step (planning, index building, transfers) as % of the packed actor side.
 
-    JAX_PLATFORMS=cpu .venv/bin/python bench/packing.py            # ~3-4 minutes on 2 cores
+Arms are in ``bench/packing_arms.py``; each runs in its own process (peak RSS per arm).
+
+    JAX_PLATFORMS=cpu .venv/bin/python bench/packing.py
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
-import resource
+import platform
 import subprocess
 import sys
 import time
@@ -28,154 +31,125 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "trainer"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "trainer"), str(ROOT), str(ROOT / "bench")]
+
+ARMS = ("tunix", "unpacked-blocked", "packed")
 
 
-def workload(row: int, batch: int, steps: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """Per step: (prompt lengths, completion lengths); identical for both arms."""
-    rng = np.random.default_rng(seed)
-    max_p = max(2, round(0.015 * row))
-    max_c = row - max_p
-    out = []
-    for _ in range(steps):
-        p = rng.integers(max(1, round(0.009 * row)), max_p + 1, batch)
-        c = np.clip(rng.gamma(2.0, 0.18 * row, batch).astype(int), 1, max_c)
-        i = int(rng.integers(batch))
-        p[i], c[i] = max_p, max_c  # the longest sequence fills a row exactly
-        out.append((p.tolist(), c.tolist()))
+def machine() -> dict:
+    mem = Path("/proc/meminfo").read_text().split("\n", 1)[0].split()[1]
+    return {
+        "cpus": os.cpu_count(),
+        "ram_gib": round(int(mem) / 2**20, 1),
+        "cpu": platform.processor() or platform.machine(),
+    }
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def shard_balance(a: argparse.Namespace, widths: tuple[int, ...] = (4, 8)) -> dict:
+    """Max/mean estimated shard cost of the tiny workload's micro-batches, balanced vs planning order."""
+    from packing_arms import workload
+    from rljob_trainer.packing.rows import balance_rows, plan_rows, row_costs, shard_imbalance
+
+    out = {}
+    for w in widths:
+        before, after = [], []
+        for p, c in workload(a.row, a.batch, a.steps, a.seed):
+            plan = plan_rows(np.add(p, c), a.row, multiple_of=w)
+            costs = row_costs(plan, 1.0 / a.row)
+            before.append(shard_imbalance(costs, w))
+            new = balance_rows(costs, w)
+            after.append(shard_imbalance(costs[np.argsort(new)], w))
+        out[f"dp{w}"] = {"unbalanced_max": max(before), "balanced_max": max(after)}
     return out
 
 
-def run_arm(arm: str, args: argparse.Namespace) -> dict:
-    import jax
-    import optax
-    from flax import nnx
-    from rljob_trainer.packing.example import pack_train_example
-    from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
-    from rljob_trainer.packing.rows import ShapeCache
-    from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
-    from tunix.rl.algo_core import grpo_loss_fn
-
-    batches = workload(args.row, args.batch, args.steps, args.seed)
-    max_p = max(2, round(0.015 * args.row))
-    model = tiny_model(args.family, seed=0)
-    optimizer = nnx.Optimizer(model, optax.sgd(0.0), wrt=nnx.Param)
-    cfg = grpo_config()
-    examples = [
-        random_train_example(p, c, max_prompt=max_p, max_completion=args.row - max_p, seed=i)
-        for i, (p, c) in enumerate(batches)
-    ]
-    stats = {"real_tokens": 0, "padded_tokens": 0, "rows_used": 0, "rows": 0, "pairs": 0}
-    if arm == "unpacked":
-        loss = lambda m, ex: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)  # noqa: E731
-        inputs = examples
-    else:
-        attention = "blocked" if arm == "packed" else "dense"
-        block = args.block if attention == "blocked" else None
-        packed_loss = make_packed_grpo_loss_fn(attention=attention, block=args.block)
-        loss = lambda m, ex: packed_loss(m, ex, cfg)  # noqa: E731
-        inputs = []
-        # As PackedGRPOLearner does: one shape cache for the run, so steps reuse compiled shapes.
-        nb = args.row // args.block if block else 0
-        cache = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2)
-        for ex in examples:
-            pex, plan = pack_train_example(ex, args.row, pad_id=PAD_ID, attention_block=block, shapes=cache)
-            inputs.append(pex)
-            stats["rows_used"] += plan.rows_used
-            stats["rows"] += plan.num_rows
-            stats["pairs"] += int(pex.pair_valid.sum()) if pex.pair_valid is not None else 0
-    for ex in examples:
-        stats["real_tokens"] += int(np.asarray(ex.prompt_mask).sum() + np.asarray(ex.completion_mask).sum())
-        stats["padded_tokens"] += int(ex.prompt_ids.size + ex.completion_ids.size)
-
-    @nnx.jit
-    def train_step(model, optimizer, ex):
-        (value, _), grads = nnx.value_and_grad(loss, has_aux=True)(model, ex)
-        optimizer.update(model, grads)
-        return value
-
-    t0 = time.perf_counter()
-    shapes = set()
-    for ex in inputs:  # compile every distinct shape once
-        key = tuple(x.shape for x in jax.tree.leaves(ex))
-        if key not in shapes:
-            shapes.add(key)
-            jax.block_until_ready(train_step(model, optimizer, ex))
-    compile_s = time.perf_counter() - t0
-    times, cpu = [], []
-    for ex in inputs:
-        t, c = time.perf_counter(), time.process_time()
-        jax.block_until_ready(train_step(model, optimizer, ex))
-        times.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
+def figures(res: dict, kind: str) -> dict:
+    t, ub, pk = (res[f"{kind}/{arm}"] for arm in ARMS)
+    limit = pk["padded_tokens"] / pk["real_tokens"]
+    alone = ub["train_s"] / pk["train_s"]
+    actor = t["actor_s"] / pk["actor_s"]
     return {
-        "arm": arm,
-        "s_per_step": float(np.mean(times)),
-        "cpu_s_per_step": float(np.mean(cpu)),
-        "s_per_step_median": float(np.median(times)),
-        "compile_s": compile_s,
-        "shapes": len(shapes),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        **stats,
+        "token_ratio_limit": limit,
+        "packing_alone_speedup": alone,
+        "packing_alone_pct_of_limit": 100 * alone / limit,
+        "actor_side_speedup": actor,
+        "actor_side_pct_of_limit": 100 * actor / limit,
+        "kernel_speedup_unpacked": t["train_s"] / ub["train_s"],
+        "rows_used_utilization": pk["real_tokens"] / (pk["rows_used"] * pk["row"]),
+        "rows_computed_utilization": pk["real_tokens"] / (pk["rows"] * pk["row"]),
+        "rows_used_per_step": pk["rows_used"] / pk["steps"],
+        "rows_computed_per_step": pk["rows"] / pk["steps"],
+        "host_pct_of_actor_step": 100 * pk["host_s"] / pk["actor_s"],
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--row", type=int, default=512, help="row length = max prompt + max completion")
-    ap.add_argument("--batch", type=int, default=96, help="sequences per micro-batch (prompts x G)")
+    ap.add_argument("--row", type=int, default=512, help="tiny model: row = max prompt + max completion")
+    ap.add_argument("--batch", type=int, default=96, help="tiny model: sequences per micro-batch")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--wide-row", type=int, default=256)
+    ap.add_argument("--wide-batch", type=int, default=8)
+    ap.add_argument("--wide-steps", type=int, default=1)
+    ap.add_argument("--wide-layers", type=int, default=2)
+    ap.add_argument("--vocab-chunk", type=int, default=256, help="tokens per chunk of the wide head")
     ap.add_argument("--block", type=int, default=128, help="block-sparse attention block")
-    ap.add_argument("--family", default="qwen3")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--arms", default="unpacked,packed,packed-dense")
+    ap.add_argument("--models", default="tiny,wide")
     ap.add_argument("--arm", help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=None, help="write the results as JSON here")
-    args = ap.parse_args()
-    if args.arm:
-        print(json.dumps(run_arm(args.arm, args)))
+    ap.add_argument("--out", default=str(ROOT / "bench/results/packing.json"))
+    a = ap.parse_args()
+    if a.arm:
+        from packing_arms import run_arm
+
+        kind, arm = a.arm.split("/")
+        r = run_arm(arm, kind, a)
+        r["row"] = a.wide_row if kind == "wide" else a.row
+        print(json.dumps(r))
         return
-    results = {}
+
+    import jax
+
+    started = time.time()
+    doc = {
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_before": load(),
+        "jax": jax.__version__,
+        "args": {k: v for k, v in vars(a).items() if k != "arm"},
+        "shapes": {
+            "tiny": "qwen3 2 layers, dim 64, MLP 128, 4 q / 2 kv heads x 16, vocab 256, fp32",
+            "wide": f"qwen3 {a.wide_layers} layers, dim 1024, MLP 3072, 16 q / 8 kv heads x 128, "
+            f"vocab 151936 (tied), fp32; head in chunks of {a.vocab_chunk} tokens",
+        },
+        "arms": {},
+    }
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
-    for arm in args.arms.split(","):
-        cmd = [sys.executable, __file__, "--arm", arm, *sys.argv[1:]]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        results[arm] = json.loads(out.strip().splitlines()[-1])
-        print(f"{arm:>13}: {results[arm]['s_per_step']:.3f} s/step", flush=True, file=sys.stderr)
-    base = results["unpacked"]
-    limit = base["padded_tokens"] / base["real_tokens"]
-    print(
-        f"\nrow {args.row}, {args.batch} sequences/micro-batch, {args.steps} steps, {args.family} tiny fp32"
-    )
-    print(f"token-ratio limit (padded / real tokens, unpacked): {limit:.2f}x")
-    print("s/step is wall time; cpu s/step is the process's CPU time (steadier on a shared machine)")
-    print(
-        f"{'arm':>13} {'s/step':>8} {'speed-up':>9} {'% of limit':>10} {'cpu s/step':>10} {'cpu speed-up':>12} "
-        f"{'rows/step':>9} {'row util':>8} {'shapes':>6} {'compile s':>9} {'peak RSS MiB':>12}"
-    )
-    for arm, r in results.items():
-        speed = base["s_per_step"] / r["s_per_step"]
-        rows = r["rows"] / args.steps if r["rows"] else args.batch
-        util = (
-            r["real_tokens"] / (r["rows_used"] * args.row)
-            if r["rows_used"]
-            else r["real_tokens"] / r["padded_tokens"]
-        )
-        cpu_speed = base["cpu_s_per_step"] / r["cpu_s_per_step"]
-        r.update(
-            speedup=speed,
-            cpu_speedup=cpu_speed,
-            pct_of_limit=speed / limit,
-            row_utilization=util,
-            limit=limit,
-        )
-        print(
-            f"{arm:>13} {r['s_per_step']:8.3f} {speed:8.2f}x {100 * speed / limit:9.0f}% "
-            f"{r['cpu_s_per_step']:10.3f} {cpu_speed:11.2f}x {rows:9.2f} "
-            f"{100 * util:7.1f}% {r['shapes']:6d} {r['compile_s']:9.1f} {r['peak_rss_mib']:12.0f}"
-        )
-    if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+    for kind in a.models.split(","):
+        for arm in ARMS:
+            cmd = [sys.executable, __file__, "--arm", f"{kind}/{arm}", *sys.argv[1:]]
+            load0 = load()
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            r["load_before"], r["load_after"] = load0, load()
+            doc["arms"][f"{kind}/{arm}"] = r
+            print(
+                f"{kind}/{arm}: train {r['train_s']:.2f} s, actor side {r['actor_s']:.2f} s, load {r['load_after']}",
+                file=sys.stderr,
+                flush=True,
+            )
+        doc[kind] = figures(doc["arms"], kind)
+        print(json.dumps({kind: doc[kind]}, indent=1), file=sys.stderr, flush=True)
+    doc["shard_imbalance"] = shard_balance(a)
+    doc["load_after"] = load()
+    doc["run_s"] = time.time() - started
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps({k: doc[k] for k in ("tiny", "wide", "shard_imbalance") if k in doc}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,218 @@
+"""One arm of the packing benchmark (run in its own process by ``bench/packing.py``).
+
+Arms, all on identical pre-generated micro-batches and the same random weights (fp32):
+
+* ``tunix``: what Tunix gives unpacked. Tiny model: Tunix's own ``grpo_loss_fn`` train step and
+  ``common.compute_per_token_logps`` for the reference and old-policy passes (``[B, P + Tc]``, Tunix's
+  dense masked attention). Wide model: Tunix's layout and Tunix's attention algorithm (dense ``[L, L]``
+  masked scores, ``attention.dense_attention``) through the project's forward, with the same chunked
+  vocabulary head as the packed arm (Tunix's own call would materialise ``[B, L, V]`` logits: 5 GB+).
+* ``unpacked-blocked``: Tunix's unpacked ``[B, L]`` layout (one sequence per row, left-padded prompt)
+  with the block-sparse attention that skips all-padding blocks: the best kernel the project has, so
+  ``packed`` vs this is packing alone. Train step only.
+* ``packed``: best-fit-decreasing rows, block-sparse attention, one plan per micro-batch shared by the
+  reference pass, the old-policy pass and the train step, as ``PackedGRPOLearner`` runs them.
+
+Each jitted function is compiled ahead of time (``lower().compile()``), so timed steps run no compile.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+WIDE = {  # Qwen3-0.6B's widths (tied embedding, as Qwen3-0.6B); layers come from the command line
+    "embed_dim": 1024,
+    "hidden_dim": 3072,
+    "num_heads": 16,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "rope_theta": 1_000_000,
+    "use_tied_embedding": True,
+}
+
+
+def workload(row: int, batch: int, steps: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """Per step: (prompt lengths, completion lengths), seed-shaped: prompts ~0.9-1.5% of the row,
+    completions gamma-distributed with mean ~36% of the row, one sequence exactly a row long."""
+    rng = np.random.default_rng(seed)
+    max_p = max(2, round(0.015 * row))
+    max_c = row - max_p
+    out = []
+    for _ in range(steps):
+        p = rng.integers(max(1, round(0.009 * row)), max_p + 1, batch)
+        c = np.clip(rng.gamma(2.0, 0.18 * row, batch).astype(int), 1, max_c)
+        i = int(rng.integers(batch))
+        p[i], c[i] = max_p, max_c
+        out.append((p.tolist(), c.tolist()))
+    return out
+
+
+def unpacked_rows(ex: Any, block: int | None) -> Any:
+    """Tunix's unpacked ``[B, P + Tc]`` layout as ``PackedTrainExample`` (one sequence per row)."""
+    import jax.numpy as jnp
+    from rljob_trainer.packing.attention import block_pairs
+    from rljob_trainer.packing.example import PackedTrainExample
+
+    p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
+    mask = np.concatenate([np.asarray(ex.prompt_mask), np.asarray(ex.completion_mask)], 1).astype(bool)
+    B, P = p.shape
+    L = P + c.shape[1]
+    seg = mask.astype(np.int32)  # real tokens are contiguous: left-padded prompt, right-padded completion
+    positions = np.maximum(np.cumsum(mask, 1) - 1, 0).astype(np.int32)  # build_positions_from_mask
+    cols = np.arange(c.shape[1])[None]
+    c_mask = np.asarray(ex.completion_mask).astype(bool)
+    index = np.where(c_mask, np.arange(B)[:, None] * L + P + cols, 0).astype(np.int32)
+    pairs = {}
+    if block:
+        bp = block_pairs(seg, block)
+        pairs = {"pair_row": bp.row, "pair_q": bp.q, "pair_k": bp.k, "pair_valid": bp.valid}
+    return PackedTrainExample(
+        tokens=jnp.asarray(np.concatenate([p, c], 1)),
+        positions=jnp.asarray(positions),
+        segment_ids=jnp.asarray(seg),
+        completion_index=jnp.asarray(index),
+        completion_mask=jnp.asarray(ex.completion_mask),
+        advantages=jnp.asarray(ex.advantages),
+        ref_per_token_logps=ex.ref_per_token_logps,
+        old_per_token_logps=ex.old_per_token_logps,
+        kv_segment_ids=jnp.asarray(seg),
+        **{k: jnp.asarray(v) for k, v in pairs.items()},
+    )
+
+
+def run_arm(arm: str, model_kind: str, a: Any) -> dict:
+    import jax
+    from flax import nnx
+    from rljob_trainer.packing.example import pack_train_example, plan_layout
+    from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
+    from rljob_trainer.packing.rows import ShapeCache
+    from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
+    from tunix.rl import common
+    from tunix.rl.algo_core import grpo_loss_fn
+
+    wide = model_kind == "wide"
+    row, batch, steps = (a.wide_row, a.wide_batch, a.wide_steps) if wide else (a.row, a.batch, a.steps)
+    chunk = a.vocab_chunk if wide else 0
+    lens = workload(row, batch, steps, a.seed)
+    max_p = max(2, round(0.015 * row))
+    overrides = {**WIDE, "num_layers": a.wide_layers} if wide else {}
+    model = tiny_model("qwen3", seed=0, **overrides)
+    graphdef, state = nnx.split(model)
+    cfg = grpo_config()
+    examples = [
+        random_train_example(p, c, max_prompt=max_p, max_completion=row - max_p, seed=i)
+        for i, (p, c) in enumerate(lens)
+    ]
+    real = sum(int(np.asarray(e.prompt_mask).sum() + np.asarray(e.completion_mask).sum()) for e in examples)
+    padded = sum(int(e.prompt_ids.size + e.completion_ids.size) for e in examples)
+
+    attention = {"tunix": "dense", "unpacked-blocked": "blocked", "packed": "blocked"}[arm]
+    if arm == "tunix" and not wide:
+
+        def loss(m: Any, ex: Any) -> Any:
+            return grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)
+
+        def logps(st: Any, ex: Any) -> Any:
+            return common.compute_per_token_logps(
+                graphdef, st, ex.prompt_ids, ex.completion_ids, PAD_ID, EOS_ID, temperature=cfg.temperature
+            )
+    else:
+        packed_loss = make_packed_grpo_loss_fn(attention=attention, block=a.block, vocab_chunk=chunk)
+
+        def loss(m: Any, ex: Any) -> Any:
+            return packed_loss(m, ex, cfg)
+
+        def logps(st: Any, ex: Any) -> Any:
+            out, _ = packed_per_token_logps(
+                nnx.merge(graphdef, st),
+                ex,
+                temperature=cfg.temperature,
+                attention=attention,
+                block=a.block,
+                entropy=False,
+                vocab_chunk=chunk,
+            )
+            return jax.lax.stop_gradient(out)
+
+    def train(st: Any, ex: Any) -> Any:
+        # Tunix's _train_step: value_and_grad of the loss (+ an optimizer update; the gradients are
+        # returned instead, so nothing is optimised away and the weights stay fixed across steps).
+        (value, _), grads = jax.value_and_grad(lambda s: loss(nnx.merge(graphdef, s), ex), has_aux=True)(st)
+        return value, grads
+
+    nb = row // a.block
+    cache = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2)
+
+    def prepare(ex: Any) -> tuple[Any, dict]:
+        """Host side of one micro-batch: (inputs, seconds of planning + index building, transfer)."""
+        if arm == "tunix" and not wide:
+            return ex, {}
+        if arm != "packed":
+            return unpacked_rows(ex, a.block if attention == "blocked" else None), {}
+        t0 = time.perf_counter()
+        p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
+        layout = plan_layout(
+            p, p != PAD_ID, c, c != PAD_ID, row, pad_id=PAD_ID, attention_block=a.block, shapes=cache
+        )
+        t1 = time.perf_counter()
+        pex, plan = pack_train_example(ex, row, pad_id=PAD_ID, layout=layout)
+        jax.block_until_ready(pex)
+        t2 = time.perf_counter()
+        return pex, {"plan_s": t1 - t0, "transfer_s": t2 - t1, "plan": plan, "pairs": layout.pairs.count}
+
+    # Ahead of time: every distinct input shape compiled once (no warm-up execution).
+    train_jit, logps_jit = jax.jit(train), jax.jit(logps)
+    compiled: dict[Any, tuple[Any, Any]] = {}
+    t0 = time.perf_counter()
+    for ex in examples:
+        inp, _ = prepare(ex)
+        key = tuple((x.shape, x.dtype) for x in jax.tree.leaves(inp))
+        if key not in compiled:
+            fwd = logps_jit.lower(state, inp).compile() if arm != "unpacked-blocked" else None
+            compiled[key] = (train_jit.lower(state, inp).compile(), fwd)
+    compile_s = time.perf_counter() - t0
+
+    rec: dict[str, list[float]] = {k: [] for k in ("plan_s", "transfer_s", "ref_s", "old_s", "train_s")}
+    rec["cpu_s"] = []
+    stats = {"rows_used": 0, "rows": 0, "pairs": 0}
+    for ex in examples:
+        c0 = time.process_time()
+        inp, host = prepare(ex)
+        train_c, fwd_c = compiled[tuple((x.shape, x.dtype) for x in jax.tree.leaves(inp))]
+        for name in ("ref_s", "old_s") if fwd_c is not None else ():
+            t = time.perf_counter()
+            jax.block_until_ready(fwd_c(state, inp))
+            rec[name].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        jax.block_until_ready(train_c(state, inp))
+        rec["train_s"].append(time.perf_counter() - t)
+        rec["cpu_s"].append(time.process_time() - c0)
+        for k in ("plan_s", "transfer_s"):
+            rec[k].append(host.get(k, 0.0))
+        if "plan" in host:
+            stats["rows_used"] += host["plan"].rows_used
+            stats["rows"] += host["plan"].num_rows
+            stats["pairs"] += host["pairs"]
+    out = {k: float(np.mean(v)) if v else 0.0 for k, v in rec.items()}
+    out["host_s"] = out["plan_s"] + out["transfer_s"]
+    out["actor_s"] = out["host_s"] + out["ref_s"] + out["old_s"] + out["train_s"]
+    return {
+        "arm": arm,
+        "model": model_kind,
+        "attention": attention,
+        "vocab_chunk": chunk,
+        "steps": steps,
+        "train_s_each": rec["train_s"],
+        **out,
+        "compile_s": compile_s,
+        "shapes": len(compiled),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "real_tokens": real,
+        "padded_tokens": padded,
+        **stats,
+    }
