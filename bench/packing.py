@@ -2,8 +2,9 @@
 
 Reports in one run (JSON in ``--out``, default ``bench/results/packing.json``):
 
-1. packing alone: train step, packed vs unpacked where both use block-sparse attention (the unpacked
-   arm skips all-padding blocks too), as % of the token-ratio limit (padded / real tokens);
+1. packing alone: train step, packed (block-sparse) vs the faster unpacked train step of block-sparse
+   attention (skips all-padding blocks) and Tunix's dense attention, as % of the token-ratio limit
+   (padded / real tokens);
 2. whole actor side: reference + old-policy log-probs + train step (+ the packed arm's host work),
    packed vs what Tunix gives unpacked;
 3. the same two on a model with Qwen3-0.6B's widths and ``--wide-layers`` layers, with a chunked
@@ -70,12 +71,15 @@ def shard_balance(a: argparse.Namespace, widths: tuple[int, ...] = (4, 8)) -> di
 def figures(res: dict, kind: str) -> dict:
     t, ub, pk = (res[f"{kind}/{arm}"] for arm in ARMS)
     limit = pk["padded_tokens"] / pk["real_tokens"]
-    alone = ub["train_s"] / pk["train_s"]
+    # Packing alone: against the faster unpacked train step (block-sparse should be, but on the wide
+    # model its gathers can cost more than the padding blocks it skips); both are reported.
+    alone = min(ub["train_s"], t["train_s"]) / pk["train_s"]
     actor = t["actor_s"] / pk["actor_s"]
     return {
         "token_ratio_limit": limit,
         "packing_alone_speedup": alone,
         "packing_alone_pct_of_limit": 100 * alone / limit,
+        "packing_alone_vs_unpacked_blocked": ub["train_s"] / pk["train_s"],
         "actor_side_speedup": actor,
         "actor_side_pct_of_limit": 100 * actor / limit,
         "kernel_speedup_unpacked": t["train_s"] / ub["train_s"],
