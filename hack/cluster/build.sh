@@ -9,6 +9,7 @@
 #
 # Usage: hack/cluster/build.sh            # build everything missing
 #        hack/cluster/build.sh --print    # print the bin folders (one per line)
+#        hack/cluster/build.sh --fake-gcs-server  # build only fake-gcs-server (gs:// tests)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,6 +20,7 @@ if [[ "${1:-}" == "--print" ]]; then
   bin_dirs
   exit 0
 fi
+ONLY="${1:-}" # --fake-gcs-server: build only that (the gs:// tests' fixture needs nothing else)
 
 need_go
 mkdir -p "${RLJOB_BIN_CACHE}" "${RLJOB_SRC_CACHE}"
@@ -194,8 +196,18 @@ copy_kueue_manifests() {
   log "kueue CRDs and RBAC role copied from ${mod}"
 }
 
+# --- fake-gcs-server: the GCS-compatible server of the gs:// trainer tests -------
+build_fake_gcs_server() {
+  go_tool fake-gcs-server "$(fake_gcs_dir)" github.com/fsouza/fake-gcs-server \
+    "${FAKE_GCS_SERVER_VERSION}" github.com/fsouza/fake-gcs-server
+}
+
 main() {
   local start=${SECONDS}
+  if [[ "${ONLY}" == "--fake-gcs-server" ]]; then
+    build_fake_gcs_server
+    return
+  fi
   build_kubernetes
   go_tool etcd "$(etcd_dir)" go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" go.etcd.io/etcd/server/v3
   go_tool jobset "$(jobset_dir)" sigs.k8s.io/jobset "${JOBSET_VERSION}" sigs.k8s.io/jobset
@@ -205,6 +217,7 @@ main() {
     "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
   go_tool helm "$(helm_dir)" helm.sh/helm/v3 "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
     "-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  build_fake_gcs_server
   copy_jobset_manifests
   copy_kueue_manifests
   install_prometheus_tools

@@ -39,6 +39,7 @@ jobset_dir() { echo "${RLJOB_BIN_CACHE}/jobset-${JOBSET_VERSION}"; }
 kueue_dir() { echo "${RLJOB_BIN_CACHE}/kueue-${KUEUE_VERSION}"; }
 kwok_dir() { echo "${RLJOB_BIN_CACHE}/kwok-${KWOK_VERSION}"; }
 helm_dir() { echo "${RLJOB_BIN_CACHE}/helm-${HELM_VERSION}"; }
+fake_gcs_dir() { echo "${RLJOB_BIN_CACHE}/fake-gcs-server-${FAKE_GCS_SERVER_VERSION}"; }
 # promtool's version is whatever Debian resolved; take the newest cached one.
 promtool_dir() {
   local d
@@ -65,6 +66,7 @@ bin_dirs() {
   kueue_dir
   kwok_dir
   helm_dir
+  fake_gcs_dir
   promtool_dir || true
   prometheus_dir || true
 }

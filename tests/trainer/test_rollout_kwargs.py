@@ -87,3 +87,15 @@ def test_vanilla_rollout_config_has_no_vllm_kwargs() -> None:
     assert cfg.rollout_vllm_kwargs == {}
     assert cfg.max_prompt_length == 64 and cfg.max_tokens_to_generate == 64 and cfg.kv_cache_size == 128
     assert set(cfg.eos_tokens) == {EOS_ID, PAD_ID}
+
+
+@pytest.mark.parametrize("uri", ["hf://Qwen/Qwen3-0.6B", "gs://models/qwen3-0.6b"])
+def test_vllm_gets_the_downloaded_directory_not_the_uri(uri: str, tmp_path: Any) -> None:
+    """vLLM reads the model config from a local directory: the fetched copy, never hf:// or gs://."""
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.task import CharTokenizer
+
+    s = spec()
+    s = s.model_copy(update={"model": s.model.model_copy(update={"checkpointPath": uri})})
+    cfg = tunix_bridge.rollout_config(s, CharTokenizer(), checkpoint_dir=tmp_path)
+    assert cfg.rollout_vllm_model_version == str(tmp_path)

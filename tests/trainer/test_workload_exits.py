@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainer.gcs import GcsServer
 from tests.trainer.test_config_exits import ROOT, manifest, run_trainer
 
 TINY = ROOT / "examples" / "tiny"
@@ -130,3 +131,78 @@ def test_offline_hub_without_cache_exits_2(tmp_path: Path, monkeypatch: pytest.M
         "spec.model.tokenizerPath: hf://acme/tiny-tokenizer: not in the Hub cache and HF_HUB_OFFLINE"
         in proc.stderr
     )
+
+
+def test_unknown_reward_name_exits_2(tmp_path: Path) -> None:
+    proc = run_trainer(tmp_path, workload(tmp_path, rewards=[{"name": "noSuchReward"}]))
+    assert proc.returncode == 2, proc.stderr
+    assert "spec.rewards[0].name: Input should be 'mathAnswer'" in proc.stderr, (
+        proc.stderr
+    )  # refused by the API
+    assert "Traceback" not in proc.stderr
+
+
+def tiny_checkpoint(tmp_path: Path, family: str = "qwen3", **config: int) -> Path:
+    """A real tiny HF-format checkpoint of ``family``; ``config`` changes the Tunix config it is written from
+    (so the tensors, and config.json, have other shapes than the trainer's tiny model)."""
+    import dataclasses
+    import importlib
+
+    from flax import nnx
+    from rljob_trainer import models as trainer_models
+
+    from rljob.api.spec import ModelSpec
+    from tests.trainer import hf_checkpoint
+
+    if not config:
+        model = hf_checkpoint.tiny_model(family)
+    else:
+        info = trainer_models.FAMILIES[family]
+        base = trainer_models.model_config(ModelSpec(family=family, size="tiny"))
+        model_cls = getattr(importlib.import_module(info.module), info.model_class)
+        model = model_cls(dataclasses.replace(base, **config), rngs=nnx.Rngs(params=0))
+    return hf_checkpoint.write_checkpoint(family, model, tmp_path / f"ckpt-{family}")
+
+
+@pytest.mark.parametrize(
+    ("family", "config", "expected"),
+    [
+        (
+            "llama3",
+            {},
+            "spec.model.checkpointPath: config.json says model_type 'llama', but spec.model.family is qwen3",
+        ),
+        (
+            "qwen3",
+            {"num_layers": 3},
+            "spec.model.checkpointPath: config.json does not match the model: num_hidden_layers 3",
+        ),
+        ("qwen3", {"num_kv_heads": 4}, "spec.model.checkpointPath: does not fit qwen3/tiny"),
+    ],
+    ids=["other family", "other size", "tensor shapes"],
+)
+def test_checkpoint_not_matching_family_or_size_exits_2(
+    tmp_path: Path, family: str, config: dict, expected: str
+) -> None:
+    path = tiny_checkpoint(tmp_path, family, **config)
+    proc = run_trainer(
+        tmp_path, workload(tmp_path, **{"model.checkpointPath": str(path)}), "--max-steps", "1"
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bucket_unreachable_while_downloading_exits_1_naming_the_source(
+    tmp_path: Path,
+    gcs: GcsServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real GCS-compatible server holds the checkpoint, then goes away: the download is retryable (1)."""
+    uri = gcs.upload_dir(tiny_checkpoint(tmp_path), "models", "tiny-qwen3")
+    gcs.stop()
+    monkeypatch.setenv("RLJOB_SOURCE_RETRY_SECONDS", "3")
+    proc = run_trainer(tmp_path, workload(tmp_path, **{"model.checkpointPath": uri}))
+    assert proc.returncode == 1, proc.stderr
+    assert f"source unavailable (retryable): spec.model.checkpointPath: cannot download {uri}" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -256,6 +256,7 @@ def vocab_size(model: ModelSpec, checkpoint_dir: Path | None) -> int:
     return task.VOCAB_SIZE
 
 
-def vllm_model_path(model: ModelSpec) -> str:
-    """What vLLM loads its config (and, with random init, only its config) from."""
-    return model.checkpointPath or ""
+def vllm_model_path(model: ModelSpec, checkpoint_dir: Path | None) -> str:
+    """What vLLM loads its config (and, with random init, only its config) from: the local directory the
+    checkpoint was fetched to (vLLM cannot read ``gs://``, and ``hf://`` is not a Hub id), else the spec's."""
+    return str(checkpoint_dir) if checkpoint_dir is not None else model.checkpointPath or ""

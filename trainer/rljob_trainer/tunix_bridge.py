@@ -93,9 +93,12 @@ def optimizer(spec: RLJobSpec) -> optax.GradientTransformation:
     )
 
 
-def rollout_config(spec: RLJobSpec, tokenizer: Any) -> base_rollout.RolloutConfig:
+def rollout_config(
+    spec: RLJobSpec, tokenizer: Any, checkpoint_dir: Path | None = None
+) -> base_rollout.RolloutConfig:
     """Sampling settings. The pad id joins the EOS ids: a sampled pad would otherwise punch a hole in the
-    completion mask. The seed is set per generate call (see ``_Instrumented``)."""
+    completion mask. The seed is set per generate call (see ``_Instrumented``). ``checkpoint_dir``: the
+    local copy of spec.model.checkpointPath (what vLLM reads its config from)."""
     n = lengths(spec)
     adapter = tokenizer_adapter.TokenizerAdapter(tokenizer)
     pad, eos = int(adapter.pad_id()), int(adapter.eos_id())
@@ -115,7 +118,7 @@ def rollout_config(spec: RLJobSpec, tokenizer: Any) -> base_rollout.RolloutConfi
         fields.update(
             rollout_vllm_hbm_utilization=kwargs.pop("gpu_memory_utilization"),
             rollout_vllm_kwargs=kwargs,
-            rollout_vllm_model_version=models.vllm_model_path(spec.model),
+            rollout_vllm_model_version=models.vllm_model_path(spec.model, checkpoint_dir),
             rollout_vllm_init_with_random_weights=True,  # weights come from the trainer's sync
             rollout_vllm_tpu_backend_type="jax",
         )
@@ -140,14 +143,16 @@ def training_config(
     )
 
 
-def cluster_config(spec: RLJobSpec, mesh: jax.sharding.Mesh, tokenizer: Any) -> rl_cluster_lib.ClusterConfig:
+def cluster_config(
+    spec: RLJobSpec, mesh: jax.sharding.Mesh, tokenizer: Any, checkpoint_dir: Path | None = None
+) -> rl_cluster_lib.ClusterConfig:
     """Colocated: actor, reference and rollout share one mesh (and, for vanilla, one set of weights)."""
     return rl_cluster_lib.ClusterConfig(
         role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
         rollout_engine=rollout.engine_name(spec),
         offload_to_cpu=False,
         training_config=training_config(spec, data_axes(mesh)),
-        rollout_config=rollout_config(spec, tokenizer),
+        rollout_config=rollout_config(spec, tokenizer, checkpoint_dir),
     )
 
 
@@ -309,7 +314,7 @@ def build(
         actor=actor,
         reference=reference,
         tokenizer=tokenizer,
-        cluster_config=cluster_config(spec, mesh, tokenizer),
+        cluster_config=cluster_config(spec, mesh, tokenizer, checkpoint_dir),
     )
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
