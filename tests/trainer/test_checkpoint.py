@@ -64,6 +64,7 @@ def report(step: int, max_steps: int = 10) -> SimpleNamespace:
 
 
 def make(tmp_path: Path, interval: int = 2, max_steps: int = 10, **kw) -> Checkpointer:
+    kw = {"batch_size": 2, "dataset_size": 10, **kw}
     return Checkpointer(str(tmp_path / "ckpt"), interval, seed=7, max_steps=max_steps, **kw)
 
 
@@ -77,14 +78,20 @@ def test_round_trip_restores_params_optimizer_and_position(tmp_path: Path) -> No
 
     fresh = fake_run(seed=99)  # different weights: the restore must overwrite them
     resumed: list[tuple[int, float]] = []
-    step = make(tmp_path, on_resumed=lambda s, secs: resumed.append((s, secs))).resume(fresh)
+    restored = make(
+        tmp_path, on_resumed=lambda s, secs: resumed.append((s, secs)), batch_size=4
+    )  # batch changed
+    step = restored.resume(fresh)
     assert step == 3 and [s for s, _ in resumed] == [3] and resumed[0][1] > 0  # restore time, goodput's
+    # the recorded position (3 steps x 2), not one derived from the step; then one (new) batch a step
+    assert restored.resumed_position == 6 and restored.position_at(5) == 6 + 2 * 4
     assert all(np.array_equal(a, b) for a, b in zip(params(fresh), want_p, strict=True))
     assert all(np.array_equal(a, b) for a, b in zip(opt_leaves(fresh), want_o, strict=True))
     t = fresh.cluster.actor_trainer
     assert (t._train_steps, t._iter_steps, fresh.cluster.global_steps, fresh.learner._step) == (3, 3, 3, 3)
     meta = checkpoint.read_meta(str(tmp_path / "ckpt"), 3)
-    assert meta["data_position"] == 3 and meta["rng"] == {**meta["rng"], "seed": 7, "next_step": 4}
+    assert meta["data_position"] == {"examples": 3 * 2, "dataset_size": 10, "batch_size": 2}
+    assert meta["rng"] == {**meta["rng"], "seed": 7, "next_step": 4}
 
     # Training on from the restored state matches training on from the original.
     train_step(run)

@@ -4,9 +4,10 @@ What one checkpoint holds (Orbax ``Composite`` items, one directory per global s
 
 * ``params``: the actor's full ``nnx.state`` (the vanilla sampler shares these weights);
 * ``optimizer``: the optimizer's ``nnx.state`` (Adam moments, counts, step);
-* ``meta`` (JSON): the global step, the data position (``task.batch_at`` is addressed by step, so it is
-  the step), the RNG (rollouts are seeded from ``(spec.grpo.seed, step, call)``, so the spec seed and
-  the next step are the whole RNG state), and Tunix's own loop counters, restored verbatim.
+* ``meta`` (JSON): the global step, the data position (``examples`` consumed of the shuffled dataset, with
+  its size and the batch size; a resumed run continues from there, see data.py), the RNG (rollouts are
+  seeded from ``(spec.grpo.seed, step, call)``, so the spec seed and the next step are the whole RNG
+  state), and Tunix's own loop counters, restored verbatim.
 
 Why this makes resume exact: after restoring those, step ``k+1`` of a resumed run sees the same weights,
 optimizer state, batch and sampler seeds as step ``k+1`` of an uninterrupted run, and CPU XLA is
@@ -25,6 +26,10 @@ restarts the run instead of counting it as finished, and distinct from ``2`` (ba
 
 Multi-host: every process calls save/restore (the arrays are sharded across hosts); Orbax lets process 0
 alone write metadata, and only process 0 logs.
+
+``gs://`` directories: Orbax writes there itself (etils ``epath`` over gcsfs for files and directories,
+TensorStore's ``gcs`` kvstore for the arrays). Against a GCS-compatible server (``STORAGE_EMULATOR_HOST``)
+``sources.point_tensorstore_at_emulator`` sends TensorStore there too (tests/trainer/test_gcs_resume.py).
 """
 
 from __future__ import annotations
@@ -92,10 +97,19 @@ class Checkpointer:
         max_steps: int,
         on_saved: Callable[[int, float], None] | None = None,
         on_resumed: Callable[[int, float], None] | None = None,
+        batch_size: int = 1,
+        dataset_size: int | None = None,
     ) -> None:
         import orbax.checkpoint as ocp
 
+        from rljob_trainer import sources
+
         self.directory = directory
+        self.batch_size = batch_size
+        self.dataset_size = dataset_size
+        self.resumed_step = 0
+        self.resumed_position = 0
+        """(step, examples consumed) the run started from: 0, 0 or the resumed checkpoint's."""
         self.interval = interval
         self.seed = seed
         self.max_steps = max_steps
@@ -108,6 +122,8 @@ class Checkpointer:
         self.last_saved: int | None = None
         self._manager: Any = None
         if directory:
+            if sources.kind(directory) == "gs":
+                sources.point_tensorstore_at_emulator()
             options = ocp.CheckpointManagerOptions(max_to_keep=MAX_TO_KEEP, create=True)
             self._manager = ocp.CheckpointManager(
                 directory, options=options, item_names=("params", "optimizer", "meta")
@@ -126,11 +142,15 @@ class Checkpointer:
         return {
             "format": FORMAT,
             "step": step,
-            "data_position": step,
+            "data_position": {
+                "examples": self.position_at(step),
+                "dataset_size": self.dataset_size,
+                "batch_size": self.batch_size,
+            },
             "rng": {
                 "seed": self.seed,
                 "next_step": step + 1,
-                "scheme": "rollout seed = SeedSequence([seed, step, call]); batch = batch_at(step)",
+                "scheme": "rollout seed = SeedSequence([seed, step, call]); batch = batch_from(examples)",
             },
             "tunix": {
                 "train_steps": int(trainer._train_steps),
@@ -140,6 +160,10 @@ class Checkpointer:
             "max_steps": self.max_steps,
             "saved_at": time.time(),
         }
+
+    def position_at(self, step: int) -> int:
+        """Examples consumed after ``step``: each step since the start (or resume) took one batch."""
+        return self.resumed_position + (step - self.resumed_step) * self.batch_size
 
     # --- save ----------------------------------------------------------------------------------------
     def save(self, step: int, run: Any | None = None) -> bool:
@@ -248,11 +272,31 @@ class Checkpointer:
                     self.seed,
                 )
             self._position(run, meta)
-            _info("checkpoint: resumed from step %d (%s)", step, self.directory)
+            self.resumed_step, self.resumed_position = step, self._data_position(step, meta)
+            _info(
+                "checkpoint: resumed from step %d (%s), data position %d",
+                step,
+                self.directory,
+                self.resumed_position,
+            )
             if self.on_resumed is not None:
                 self.on_resumed(step, time.perf_counter() - started)
             return step
         return 0
+
+    def _data_position(self, step: int, meta: dict[str, Any]) -> int:
+        """Examples consumed at ``step``: the recorded position (older checkpoints recorded only the step)."""
+        recorded = meta.get("data_position")
+        if not isinstance(recorded, dict):
+            return step * self.batch_size
+        if recorded.get("dataset_size") not in (None, self.dataset_size):
+            _info(
+                "checkpoint: the dataset had %s examples, now %s: continuing at position %d of the new order",
+                recorded["dataset_size"],
+                self.dataset_size,
+                recorded["examples"],
+            )
+        return int(recorded["examples"])
 
     @staticmethod
     def _position(run: Any, meta: dict[str, Any]) -> None:
@@ -308,7 +352,9 @@ def read_meta(directory: str, step: int) -> dict[str, Any]:
     return json.loads((Path(directory) / str(step) / "meta" / "metadata").read_text())
 
 
-def for_job(job: Any, recorder: StepRecorder, metrics: Any | None = None) -> Checkpointer:
+def for_job(
+    job: Any, recorder: StepRecorder, metrics: Any | None = None, dataset_size: int | None = None
+) -> Checkpointer:
     """The job's checkpointer, registered as a step callback, with the SIGTERM handler installed.
 
     Without ``spec.checkpoint.directory`` nothing is saved, but SIGTERM still stops after the current step.
@@ -321,6 +367,8 @@ def for_job(job: Any, recorder: StepRecorder, metrics: Any | None = None) -> Che
         spec.grpo.maxSteps,
         on_saved=metrics.on_checkpoint if metrics is not None else None,
         on_resumed=metrics.on_resume if metrics is not None else None,
+        batch_size=spec.grpo.batchSize,
+        dataset_size=dataset_size,
     )
     ckpt.recorder = recorder
     ckpt.install_sigterm_handler()

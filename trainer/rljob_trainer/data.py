@@ -5,9 +5,10 @@ Loaded with ``datasets`` (JSONL/JSON or Parquet files, a directory of them, or a
 its configs), shuffled once with ``spec.grpo.seed``, capped at ``maxExamples``. Each prompt is framed once
 up front: the system prompt, and the tokenizer's chat template when ``chatTemplate`` is true.
 
-Batch ``k`` (0-based global step) holds examples ``k*B .. k*B+B-1`` of the shuffled order, wrapping around at
-the end (each pass over the data is one epoch in the same order), so the data position is a pure function of
-the step: a checkpoint at step ``k`` has consumed ``k*B`` examples and resume needs nothing else. Tunix gets
+The data position is the number of examples consumed: a batch starting at position ``p`` holds examples
+``p .. p+B-1`` of the shuffled order, wrapping around at the end (each pass over the data is one epoch in the
+same order). Each checkpoint records the position (checkpoint.py), and a resumed run continues from the
+recorded position, so it sees no example twice and skips none even if the batch size changed. Tunix gets
 ``{"prompts": ..., <every other scalar column>: ...}`` as numpy arrays; the reward functions receive the
 other columns by name (``tunix/rl/reward_manager.py``).
 """
@@ -43,23 +44,19 @@ class PromptData:
     def __len__(self) -> int:
         return len(self.prompts)
 
-    def examples_before(self, step: int) -> int:
-        """Examples consumed by the first ``step`` steps: the data position a checkpoint records."""
-        return step * self.batch_size
-
-    def batch_at(self, step: int) -> dict[str, np.ndarray]:
-        """The batch of 0-based global step ``step`` (np arrays: Tunix repeats each field per generation)."""
+    def batch_from(self, position: int) -> dict[str, np.ndarray]:
+        """The batch after ``position`` examples consumed (np arrays: Tunix repeats each field per generation)."""
         n = len(self.prompts)
-        idx = [(step * self.batch_size + i) % n for i in range(self.batch_size)]
+        idx = [(position + i) % n for i in range(self.batch_size)]
         batch = {"prompts": np.array([self.prompts[i] for i in idx])}
         for name, values in self.columns.items():
             batch[name] = np.array([values[i] for i in idx])
         return batch
 
-    def batches(self, start_step: int, num_steps: int) -> Iterator[dict[str, np.ndarray]]:
-        """Batches for steps start_step .. num_steps-1 (finite, so the learner also stops on data)."""
-        for step in range(start_step, num_steps):
-            yield self.batch_at(step)
+    def batches(self, position: int, num_steps: int) -> Iterator[dict[str, np.ndarray]]:
+        """``num_steps`` batches from data position ``position`` (finite, so the learner also stops on data)."""
+        for k in range(num_steps):
+            yield self.batch_from(position + k * self.batch_size)
 
 
 def emit_dataset() -> Any:

@@ -132,7 +132,8 @@ def train(
             job.metadata.name,
             "cannot be trained on this host",
         ) from None
-    ckpt = checkpoint.for_job(job, recorder, telemetry)  # issue 6: saves every N steps and on SIGTERM
+    # issue 6: saves every N steps and on SIGTERM; records the data position (examples consumed)
+    ckpt = checkpoint.for_job(job, recorder, telemetry, dataset_size=len(workload.data))
     from rljob_trainer.packing.rows import RowTooShortError
 
     try:
@@ -148,7 +149,7 @@ def train(
             [f"spec.packing.maxSeqTokenPerTpu: {exc}"], job.metadata.name, "cannot be trained"
         ) from None
     start = ckpt.resume(run)  # newest readable checkpoint (0: none)
-    run.train(workload.data.batches(start, spec.grpo.maxSteps))
+    run.train(workload.data.batches(ckpt.resumed_position, spec.grpo.maxSteps - start))
     ckpt.close()
     return run
 

@@ -125,6 +125,24 @@ def storage_client():  # type: ignore[no-untyped-def]
     return storage.Client()
 
 
+def point_tensorstore_at_emulator() -> None:
+    """With ``STORAGE_EMULATOR_HOST`` set, send TensorStore (Orbax's array writer) to the same server.
+
+    google-cloud-storage and gcsfs (Orbax's file layer) read ``STORAGE_EMULATOR_HOST`` themselves;
+    TensorStore's gcs kvstore reads ``TENSORSTORE_GCS_HTTP_URL`` and, without Google credentials (an
+    emulator takes none), ``GOOGLE_AUTH_TOKEN_FOR_TESTING``. Settings already present are kept. gcsfs also
+    logs a warning per path that it cannot look up the bucket type without credentials: silenced here.
+    """
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if not host:
+        return
+    import logging
+
+    os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", host if "://" in host else f"http://{host}")
+    os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
+    logging.getLogger("gcsfs").setLevel(logging.ERROR)
+
+
 def _fetch_bucket(uri: str, field: str) -> Path:
     """Copy one object, or every object under a prefix, into the cache; returns the file or directory."""
     from google.api_core import exceptions as gexc
