@@ -27,8 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-HF_MODEL_TYPE = {"qwen3": "qwen3", "qwen2": "qwen2", "llama3": "llama"}
-"""Families whose checkpoints this module writes (gemma3's loader fuses q/k/v in a preprocess step)."""
+HF_MODEL_TYPE = {"qwen3": "qwen3", "qwen2": "qwen2", "llama3": "llama", "gemma3": "gemma3_text"}
+"""Every family the trainer supports (models.FAMILIES), with its config.json model_type."""
 
 
 def tiny_model(family: str, seed: int = 0) -> Any:
@@ -68,8 +68,8 @@ def logits(model: Any, tokens: np.ndarray) -> np.ndarray:
 def _hf_name(pattern: str, groups: tuple[str, ...]) -> str:
     """A concrete HF tensor name from a mapping's regex and the captured values, e.g.
     ``model\\.layers\\.([0-9]+)\\.mlp\\.up_proj\\.weight`` + ("1",) -> ``model.layers.1.mlp.up_proj.weight``."""
-    values = iter(groups)
-    name = re.sub(r"\((?!\?)[^)]*\)", lambda _: next(values), pattern)
+    values = iter(groups)  # a group the Tunix name does not use (an alternation): its first choice
+    name = re.sub(r"\((?!\?)[^)]*\)", lambda m: next(values, None) or m.group(0)[1:-1].split("|")[0], pattern)
     name = re.sub(r"\(\?:[^)]*\)\?", "", name)  # optional prefixes (gemma3's language_model.) left out
     return name.replace("\\.", ".")
 
@@ -102,9 +102,11 @@ def hf_tensors(family: str, model: Any) -> dict[str, np.ndarray]:
     for path, variable in nnx.state(model, nnx.Param).flat_state():
         key = ".".join(str(p) for p in path)
         value = np.asarray(variable.value, dtype=np.float32)
+        if family == "gemma3" and _gemma3_attention(key, value, out):
+            continue
         hits = [(m, hf, t) for rx, hf, t in inverse if (m := rx.match(key))]
-        if len(hits) != 1:
-            raise ValueError(f"{family}: {len(hits)} HF names map to {key}")
+        if not hits:  # several: aliases (gemma3 reads two names for one norm), the first is as good
+            raise ValueError(f"{family}: no HF name maps to {key}")
         match, hf_pattern, transform = hits[0]
         groups = tuple(match.group(g) for g in sorted(match.groupdict()))
         if transform is not None:
@@ -117,8 +119,48 @@ def hf_tensors(family: str, model: Any) -> dict[str, np.ndarray]:
     return out
 
 
+def _gemma3_attention(key: str, value: np.ndarray, out: dict[str, np.ndarray]) -> bool:
+    """gemma3's loader reads q/k/v into temporary [embed, heads, head_dim] tensors and its preprocess step
+    stacks them into ``q_einsum`` [heads, embed, head_dim] and ``kv_einsum`` [2, kv_heads, embed, head_dim]:
+    undo that (True when ``key`` was one of those)."""
+    found = re.fullmatch(r"layers\.(\d+)\.attn\.(q_einsum|kv_einsum)\.w", key)
+    if not found:
+        return False
+    layer, kind = found.groups()
+
+    def hf(ndh: np.ndarray) -> np.ndarray:  # [heads, embed, head_dim] -> HF [heads*head_dim, embed]
+        heads, embed, head_dim = ndh.shape
+        return np.ascontiguousarray(ndh.transpose(1, 0, 2).reshape(embed, heads * head_dim).T)
+
+    prefix = f"model.layers.{layer}.self_attn"
+    if kind == "q_einsum":
+        out[f"{prefix}.q_proj.weight"] = hf(value)
+    else:
+        out[f"{prefix}.k_proj.weight"], out[f"{prefix}.v_proj.weight"] = hf(value[0]), hf(value[1])
+    return True
+
+
 def hf_config(family: str, config: Any) -> dict[str, Any]:
     """config.json in ``transformers``' field names for the Tunix config (what the Hub repo would hold)."""
+    if family == "gemma3":
+        return {
+            "architectures": ["Gemma3ForCausalLM"],
+            "model_type": HF_MODEL_TYPE[family],
+            "num_hidden_layers": config.num_layers,
+            "hidden_size": config.embed_dim,
+            "intermediate_size": config.hidden_dim,
+            "num_attention_heads": config.num_heads,
+            "num_key_value_heads": config.num_kv_heads,
+            "head_dim": config.head_dim,
+            "vocab_size": config.num_embed,
+            "sliding_window": config.sliding_window_size,
+            "rope_theta": config.global_base_frequency,
+            "rope_local_base_freq": config.local_base_frequency,
+            "query_pre_attn_scalar": config.head_dim,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "torch_dtype": "float32",
+        }
     tied = bool(getattr(config, "use_tied_embedding", getattr(config, "weight_tying", False)))
     return {
         "architectures": [

@@ -1,6 +1,6 @@
 """A tiny Hugging Face-format checkpoint loads through every source kind with the model's exact logits.
 
-For each family the trainer can export here (qwen3, qwen2, llama3): the tiny model (perturbed so every
+For each family the trainer supports (qwen3, qwen2, llama3, gemma3): the tiny model (perturbed so every
 tensor matters) is written as config.json + model.safetensors + tokenizer files, then put through the
 trainer's real start-up (``startup.prepare``: source fetch, checkpoint checks, tokenizer, data) and
 Tunix's safetensors loader (``models.build_model``), from
