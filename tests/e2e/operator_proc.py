@@ -168,6 +168,14 @@ class OperatorProcess:
         self.stop()
         self.start()
 
+    def __enter__(self) -> OperatorProcess:
+        """``with OperatorProcess(...) as op``: started and answering its liveness probe; stopped on exit."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     # --- inspection ------------------------------------------------------------------------------------
 
     def metrics(self) -> str:

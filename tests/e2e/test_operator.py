@@ -33,12 +33,8 @@ def operator(cluster: Any) -> Iterator[OperatorProcess]:
     """The RLJob CRD installed and the operator running."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     kubectl("wait", "--for=condition=Established", "crd/rljobs.rljob.dev", "--timeout=60s")
-    op = OperatorProcess(cluster.logs, [NAMESPACES], identity="e2e")
-    op.start()
-    try:
+    with OperatorProcess(cluster.logs, [NAMESPACES], identity="e2e") as op:
         yield op
-    finally:
-        op.stop()
 
 
 @pytest.fixture

@@ -46,12 +46,8 @@ def capacity_nodes(cluster: Any) -> Iterator[list[str]]:
 @pytest.fixture(scope="module")
 def operator(cluster: Any, capacity_nodes: list[str]) -> Iterator[OperatorProcess]:
     install_crd()
-    op = OperatorProcess(cluster.logs, ["test-operator-capacity-*"], identity="capacity")
-    op.start()
-    try:
+    with OperatorProcess(cluster.logs, ["test-operator-capacity-*"], identity="capacity") as op:
         yield op
-    finally:
-        op.stop()
 
 
 def rljob(name: str, capacity: dict[str, Any]) -> dict[str, Any]:

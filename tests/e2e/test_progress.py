@@ -61,12 +61,8 @@ def loopback_node(name: str) -> dict[str, Any]:
 def operator(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[OperatorProcess]:
     install_crd()
     monkeypatch.setenv("RLJOB_PROGRESS_INTERVAL_SECONDS", "2")
-    op = OperatorProcess(cluster.logs, ["test-progress-*"], identity="progress")
-    op.start()
-    try:
+    with OperatorProcess(cluster.logs, ["test-progress-*"], identity="progress") as op:
         yield op
-    finally:
-        op.stop()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 import sys
 import types
@@ -15,24 +14,11 @@ from rljob_trainer.main import parse_args, preflight
 
 from rljob.api import parse_rljob
 from rljob.api.spec import RLJobSpec
-
-BASE: dict[str, Any] = {
-    "apiVersion": "rljob.dev/v1alpha1",
-    "kind": "RLJob",
-    "metadata": {"name": "t"},
-    "spec": {
-        "image": "img",
-        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-        "maxPrefillPredictLength": 16,
-        "maxTargetLength": 64,
-    },
-}
+from tests.trainer.manifests import tiny_rljob
 
 
 def spec(**sections: dict[str, Any]) -> RLJobSpec:
-    doc = copy.deepcopy(BASE)
-    doc["spec"].update(sections)
-    return parse_rljob(doc).spec
+    return parse_rljob(tiny_rljob(**sections)).spec
 
 
 @pytest.fixture(scope="module")

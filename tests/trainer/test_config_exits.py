@@ -6,7 +6,6 @@ JobSet failure policy. Config checks run before JAX is imported, so each case ta
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -16,32 +15,17 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.trainer.manifests import tiny_rljob
+
 ROOT = Path(__file__).resolve().parents[2]
-BASE: dict[str, Any] = {
-    "apiVersion": "rljob.dev/v1alpha1",
-    "kind": "RLJob",
-    "metadata": {"name": "t"},
-    "spec": {
-        "image": "img",
-        "model": {"family": "qwen3", "size": "tiny"},
-        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-        "maxPrefillPredictLength": 16,
-        "maxTargetLength": 64,
-        "grpo": {"maxSteps": 2},
-    },
-}
 
 
 def manifest(**spec_changes: Any) -> dict[str, Any]:
-    """BASE with dotted spec paths replaced, e.g. manifest(**{"model.size": "9b"})."""
-    m = copy.deepcopy(BASE)
-    for dotted, value in spec_changes.items():
-        node = m["spec"]
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return m
+    """A two-step tiny RLJob with dotted spec paths replaced, e.g. manifest(**{"model.size": "9b"})."""
+    return tiny_rljob(**{"grpo.maxSteps": 2, **spec_changes})
+
+
+BASE = manifest()
 
 
 def run_trainer(tmp_path: Path, doc: dict[str, Any] | str, *extra: str) -> subprocess.CompletedProcess:

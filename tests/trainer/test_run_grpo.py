@@ -18,30 +18,15 @@ from rljob_trainer import tunix_bridge
 
 from rljob.api import parse_rljob
 from rljob.api.spec import RLJob
+from tests.trainer.manifests import tiny_rljob
 
 pytestmark = pytest.mark.slow
 
-BASE: dict[str, Any] = {
-    "apiVersion": "rljob.dev/v1alpha1",
-    "kind": "RLJob",
-    "metadata": {"name": "t"},
-    "spec": {
-        "image": "img",
-        "model": {"family": "qwen3", "size": "tiny"},
-        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-        "maxPrefillPredictLength": 16,
-        "maxTargetLength": 48,
-        "rollout": {"engine": "vanilla", "temperature": 1.0},
-        "grpo": {
-            "numGenerations": 4,
-            "batchSize": 8,
-            "beta": 0.04,
-            "learningRate": 0.01,
-            "maxSteps": 20,
-            "seed": 7,
-        },
-    },
-}
+BASE = tiny_rljob(
+    maxTargetLength=48,
+    rollout={"engine": "vanilla", "temperature": 1.0},
+    grpo={"numGenerations": 4, "batchSize": 8, "beta": 0.04, "learningRate": 0.01, "maxSteps": 20, "seed": 7},
+)
 
 
 def free_port() -> int:
