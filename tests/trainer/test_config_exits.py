@@ -76,6 +76,15 @@ BAD = {
     "vllm with tiny": ({"rollout.engine": "vllm"}, "spec.rollout.engine: vllm needs a real model size"),
     "block size without vllm": ({"rollout.vllmBlockSize": 16}, "spec.rollout.vllmBlockSize"),
     "bad mini batch": ({"grpo.batchSize": 8, "grpo.miniBatchSize": 3}, "spec.grpo.miniBatchSize"),
+    # This venv is the Tunix image's (Python 3.11, no MaxText): docs/maxtext.md
+    "maxtext in the tunix image": (
+        {"model.backend": "maxtext", "model.maxtext": {"modelName": "qwen3-0.6b"}},
+        "spec.model.backend: maxtext needs the MaxText trainer image",
+    ),
+    "maxtext full without checkpoint": (
+        {"model.backend": "maxtext", "model.size": "full", "model.maxtext": {"modelName": "qwen3-8b"}},
+        "spec.model.checkpointPath: required for backend maxtext size full",
+    ),
 }
 
 

@@ -136,6 +136,12 @@ def train(
     ckpt = checkpoint.for_job(job, recorder, telemetry, dataset_size=len(workload.data))
     from rljob_trainer.packing.rows import RowTooShortError
 
+    if spec.model.backend == "maxtext":  # needs MaxText's config fields: checked here, not in preflight
+        from rljob_trainer import maxtext_models
+
+        override_errors = maxtext_models.check_overrides(spec.model)
+        if override_errors:
+            raise RLJobError(override_errors, job.metadata.name, "cannot be trained")
     try:
         run = tunix_bridge.build(
             spec,
@@ -216,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     _configure_logging()
     spec = job.spec
     print(
-        f"rljob trainer: {job.metadata.name}: {spec.model.family}/{spec.model.size}, rollout "
+        f"rljob trainer: {job.metadata.name}: {models.label(spec.model)}, rollout "
         f"{spec.rollout.engine}, packing {spec.packing.maxSeqTokenPerTpu or 'off'}, "
         f"{spec.grpo.maxSteps} steps of {spec.grpo.batchSize}x{spec.grpo.numGenerations}",
         flush=True,

@@ -21,6 +21,7 @@ import os
 from typing import Any
 
 from rljob.api.spec import ModelSpec
+from rljob_trainer import task
 
 # The tiny demo decoder (2 layers, dim 64, 4 heads x 16, 2 KV heads, vocab 256, float32), as MaxText
 # overrides of the named model's architecture. The named model still picks the decoder block (qwen3,
@@ -32,7 +33,7 @@ TINY_OVERRIDES: dict[str, Any] = {
     "head_dim": 16,
     "base_mlp_dim": 128,
     "base_num_decoder_layers": 2,
-    "vocab_size": 256,
+    "vocab_size": task.VOCAB_SIZE,  # the built-in tokenizer's
     "dtype": "float32",
     "weight_dtype": "float32",
     "matmul_precision": "highest",

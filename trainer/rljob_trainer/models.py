@@ -113,6 +113,8 @@ FAMILIES: dict[str, Family] = {
 
 def check_model_spec(model: ModelSpec) -> list[str]:
     """Every problem with spec.model visible without fetching, as ``path: message`` lines."""
+    if model.backend == "maxtext":
+        return _check_maxtext_spec(model)
     family = FAMILIES.get(model.family)
     if family is None:
         return [f"spec.model.family: unknown family {model.family!r}; known: {', '.join(FAMILIES)}"]
@@ -159,6 +161,38 @@ def check_checkpoint_dir(path: Path, model: ModelSpec) -> list[str]:
             f"{field}: config.json says model_type {model_type!r}, but spec.model.family is {model.family}"
         ]
     return []
+
+
+def _check_maxtext_spec(model: ModelSpec) -> list[str]:
+    """spec.model with backend maxtext (the API already requires spec.model.maxtext and size tiny|full;
+    override keys are checked against MaxText's config by ``maxtext_models.check_overrides``)."""
+    import importlib.util
+
+    errors = []
+    if importlib.util.find_spec("maxtext") is None:
+        errors.append(
+            "spec.model.backend: maxtext needs the MaxText trainer image (Python 3.12 with the `maxtext` "
+            "extra, docs/maxtext.md); this image has only the Tunix backend"
+        )
+    if model.size == TINY:
+        for field in ("checkpointPath", "tokenizerPath"):
+            if getattr(model, field) is not None:
+                errors.append(f"spec.model.{field}: size tiny is a random demo decoder; unset {field}")
+        return errors
+    for field, why in (
+        ("checkpointPath", "MaxText's load_parameters_path (an Orbax checkpoint)"),
+        ("tokenizerPath", "the Hugging Face tokenizer (a MaxText checkpoint has none)"),
+    ):
+        if getattr(model, field) is None:
+            errors.append(f"spec.model.{field}: required for backend maxtext size full: {why}")
+    return errors
+
+
+def label(model: ModelSpec) -> str:
+    """How the console names the model: ``qwen3/tiny`` or ``maxtext:qwen3-8b/full``."""
+    if model.backend == "maxtext" and model.maxtext is not None:
+        return f"maxtext:{model.maxtext.modelName}/{model.size}"
+    return f"{model.family}/{model.size}"
 
 
 def is_tiny(model: ModelSpec) -> bool:
@@ -248,8 +282,11 @@ def tokenizer_vocab_size(tokenizer: Any) -> int:
     return len(tokenizer)
 
 
-def vocab_size(model: ModelSpec, checkpoint_dir: Path | None) -> int:
-    """The model's vocabulary without importing JAX: config.json's, else the tiny model's."""
+def vocab_size(model: ModelSpec, checkpoint_dir: Path | None) -> int | None:
+    """The model's vocabulary without importing JAX: config.json's, else the tiny model's; None for a full
+    MaxText model (its vocabulary is in MaxText's model config, read only once MaxText is imported)."""
+    if model.backend == "maxtext" and model.size != TINY:
+        return None
     if checkpoint_dir is not None:
         hf = json.loads((checkpoint_dir / "config.json").read_text())
         return int(hf.get("text_config", hf)["vocab_size"])
@@ -258,5 +295,8 @@ def vocab_size(model: ModelSpec, checkpoint_dir: Path | None) -> int:
 
 def vllm_model_path(model: ModelSpec, checkpoint_dir: Path | None) -> str:
     """What vLLM loads its config (and, with random init, only its config) from: the local directory the
-    checkpoint was fetched to (vLLM cannot read ``gs://``, and ``hf://`` is not a Hub id), else the spec's."""
+    checkpoint was fetched to (vLLM cannot read ``gs://``, and ``hf://`` is not a Hub id), else the spec's;
+    for MaxText models the Hugging Face directory/id of the tokenizer (a MaxText checkpoint is not one)."""
+    if model.backend == "maxtext":
+        return model.tokenizerPath or ""
     return str(checkpoint_dir) if checkpoint_dir is not None else model.checkpointPath or ""

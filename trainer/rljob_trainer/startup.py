@@ -85,7 +85,7 @@ def prepare(job: RLJob) -> Workload:
         raise RLJobError(errors)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" banner
     checkpoint_dir = None
-    if spec.model.checkpointPath:
+    if spec.model.checkpointPath and spec.model.backend == "tunix":  # MaxText reads its own (Orbax)
         checkpoint_dir = sources.fetch(
             spec.model.checkpointPath, "spec.model.checkpointPath", sources.MODEL_FILES
         )
@@ -106,7 +106,7 @@ def prepare(job: RLJob) -> Workload:
         ) from None
     vocab = models.tokenizer_vocab_size(tokenizer)
     limit = models.vocab_size(spec.model, checkpoint_dir)
-    if vocab > limit:
+    if limit is not None and vocab > limit:
         raise RLJobError(
             [
                 f"{tokenizer_field}: the tokenizer has {vocab} tokens, more than the model's vocabulary ({limit})"

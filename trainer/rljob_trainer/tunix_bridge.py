@@ -83,7 +83,7 @@ def slice_major(devices: list[Any]) -> list[Any]:
 
 def data_axes(mesh: jax.sharding.Mesh) -> tuple[str, ...]:
     """Mesh axes the batch is split over: ``dp`` (across slices) and ``fsdp`` (within one)."""
-    return tuple(a for a in ("dp", "fsdp") if a in mesh.axis_names)
+    return tuple(a for a in ("dp", "data", "fsdp") if a in mesh.axis_names)  # data: MaxText's mesh
 
 
 def optimizer(spec: RLJobSpec) -> optax.GradientTransformation:
@@ -143,13 +143,29 @@ def training_config(
     )
 
 
+def rollout_engine(spec: RLJobSpec) -> Any:
+    """Tunix's ``rollout_engine``: its name, or for MaxText models with the vanilla engine our full-forward
+    rollout class (Tunix's vanilla sampler needs Tunix's KV-cache protocol, which MaxText's adapter lacks)."""
+    if spec.model.backend == "maxtext" and spec.rollout.engine == rollout.VANILLA:
+        from rljob_trainer.maxtext_rollout import FullForwardRollout
+
+        return FullForwardRollout
+    return rollout.engine_name(spec)
+
+
 def cluster_config(
-    spec: RLJobSpec, mesh: jax.sharding.Mesh, tokenizer: Any, checkpoint_dir: Path | None = None
+    spec: RLJobSpec,
+    mesh: jax.sharding.Mesh,
+    tokenizer: Any,
+    checkpoint_dir: Path | None = None,
+    axis_rules: Any = None,
 ) -> rl_cluster_lib.ClusterConfig:
-    """Colocated: actor, reference and rollout share one mesh (and, for vanilla, one set of weights)."""
+    """Colocated: actor, reference and rollout share one mesh (and, for vanilla, one set of weights).
+    ``axis_rules``: logical -> mesh axis rules of models annotated with logical axes (MaxText's)."""
     return rl_cluster_lib.ClusterConfig(
         role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
-        rollout_engine=rollout.engine_name(spec),
+        role_to_logical_axis_rule=None if axis_rules is None else dict.fromkeys(Role, axis_rules),
+        rollout_engine=rollout_engine(spec),
         offload_to_cpu=False,
         training_config=training_config(spec, data_axes(mesh)),
         rollout_config=rollout_config(spec, tokenizer, checkpoint_dir),
@@ -187,7 +203,8 @@ def learner_class(
                 "row_tokens": spec.packing.maxSeqTokenPerTpu,
                 "row_multiple": data_parallel,
             }
-            if backend == "tpu" and spec.model.family in ("qwen3", "qwen2"):  # adapter.SPLASH_FAMILIES
+            tunix_splash = spec.model.backend == "tunix" and spec.model.family in ("qwen3", "qwen2")
+            if backend == "tpu" and tunix_splash:  # adapter.SPLASH_FAMILIES; MaxText: its own attention
                 extra["attention"] = "splash"
             return packed, extra
         log.warning(
@@ -293,6 +310,30 @@ class TunixRun:
         self.learner.train(batches)
 
 
+def build_models(
+    spec: RLJobSpec, tokenizer: Any, checkpoint_dir: Path | None
+) -> tuple[jax.sharding.Mesh, Any, Any, Any]:
+    """(mesh, actor, reference or None, logical axis rules or None) for spec.model's backend. MaxText is
+    imported only here and only for backend maxtext: its adapter patches jax.lax when imported
+    (docs/maxtext.md); it reads spec.model.checkpointPath itself (load_parameters_path)."""
+    with_reference = spec.grpo.beta > 0
+    if spec.model.backend == "maxtext":
+        from rljob_trainer import maxtext_models
+
+        config = maxtext_models.maxtext_config(
+            spec.model, max_target_length=spec.maxTargetLength, seed=spec.grpo.seed
+        )
+        mesh = maxtext_models.make_mesh(config)
+        pad_id = int(tokenizer_adapter.TokenizerAdapter(tokenizer).pad_id())
+        actor = maxtext_models.build_model(config, mesh, pad_id)
+        reference = maxtext_models.build_model(config, mesh, pad_id) if with_reference else None
+        return mesh, actor, reference, config.logical_axis_rules
+    mesh = make_mesh(spec.tpu.slices)
+    actor = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir)
+    reference = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir) if with_reference else None
+    return mesh, actor, reference, None
+
+
 def build(
     spec: RLJobSpec,
     reward_fns: list,
@@ -304,17 +345,13 @@ def build(
     """Build models, cluster and learner for ``spec``. ``start_step`` is the number of steps already done
     (a resumed run), so step numbers and rollout seeds continue where they left off. ``tokenizer`` and
     ``checkpoint_dir`` come from ``startup.prepare`` (defaults: the built-in tokenizer, random weights)."""
-    mesh = make_mesh(spec.tpu.slices)
     tokenizer = tokenizer if tokenizer is not None else models.build_tokenizer(None)
-    actor = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir)
-    reference = (
-        models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir) if spec.grpo.beta > 0 else None
-    )
+    mesh, actor, reference, axis_rules = build_models(spec, tokenizer, checkpoint_dir)
     cluster = rl_cluster_lib.RLCluster(
         actor=actor,
         reference=reference,
         tokenizer=tokenizer,
-        cluster_config=cluster_config(spec, mesh, tokenizer, checkpoint_dir),
+        cluster_config=cluster_config(spec, mesh, tokenizer, checkpoint_dir, axis_rules),
     )
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
