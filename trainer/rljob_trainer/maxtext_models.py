@@ -34,6 +34,9 @@ TINY_OVERRIDES: dict[str, Any] = {
     "base_mlp_dim": 128,
     "base_num_decoder_layers": 2,
     "vocab_size": task.VOCAB_SIZE,  # the built-in tokenizer's
+    # Untied output head: with MaxText's tied embedding a random tiny decoder predicts its own input token
+    # (a rollout of "emit a:" is ":::::"), so every completion scores 0 and GRPO has no signal.
+    "logits_via_embedding": False,
     "dtype": "float32",
     "weight_dtype": "float32",
     "matmul_precision": "highest",
