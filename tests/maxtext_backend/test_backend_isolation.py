@@ -22,8 +22,8 @@ SCRIPT = textwrap.dedent(
     wsc, top_k = jax.lax.with_sharding_constraint, jax.lax.top_k
     from rljob.api import parse_rljob
     from rljob_trainer import tunix_bridge
+    from rljob_trainer import startup
     from rljob_trainer.progress import StepRecorder
-    from rljob_trainer.task import EmitTask
 
     job = parse_rljob({
         "apiVersion": "rljob.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "t"},
@@ -32,7 +32,8 @@ SCRIPT = textwrap.dedent(
                  "maxPrefillPredictLength": 16, "maxTargetLength": 48,
                  "packing": {"maxSeqTokenPerTpu": 128}, "grpo": {"beta": 0.04, "maxSteps": 1}},
     })
-    run = tunix_bridge.build(job.spec, EmitTask(seed=0, batch_size=8).reward_fns(), StepRecorder(max_steps=1, packed=True))
+    work = startup.prepare(job)
+    run = tunix_bridge.build(job.spec, work.reward_fns, StepRecorder(max_steps=1, packed=True), tokenizer=work.tokenizer)
     print("learner", type(run.learner).__mro__[2].__name__)
     print("maxtext modules", sorted(m for m in sys.modules if m == "maxtext" or m.startswith("maxtext.")))
     print("lax patched", jax.lax.with_sharding_constraint is not wsc or jax.lax.top_k is not top_k)

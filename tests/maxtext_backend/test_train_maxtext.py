@@ -1,58 +1,49 @@
-"""A short packed GRPO run of a tiny MaxText decoder through the trainer (``main.train``), on CPU.
+"""examples/maxtext-tiny-cpu.yaml through the trainer (``main.train``), on CPU: a short packed GRPO run of a
+tiny MaxText decoder whose reward rises, and the same example's start-up checks with MaxText installed.
 
-The whole trainer path: spec.model.backend maxtext -> ``tunix_bridge.build_models`` (MaxText's adapter),
-the full-forward rollout, Tunix's RL cluster, the packed learner with MaxText's segment attention.
+The whole trainer path: spec.model.backend maxtext -> ``startup.prepare`` (tokenizer, dataset, reward) ->
+``tunix_bridge.build_models`` (MaxText's adapter) -> the full-forward rollout, Tunix's RL cluster, the
+packed learner with MaxText's segment attention.
 """
 
 from __future__ import annotations
 
-import copy
 import socket
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from rljob_trainer import main as trainer_main
-from rljob_trainer import maxtext_models
+from rljob_trainer import maxtext_models, startup
 from rljob_trainer.packing import PackedGRPOLearner
 
-from rljob.api import RLJobError, parse_rljob
+from rljob.api import RLJobError, load_rljob, parse_rljob
 
-BASE: dict[str, Any] = {
-    "apiVersion": "rljob.dev/v1alpha1",
-    "kind": "RLJob",
-    "metadata": {"name": "t"},
-    "spec": {
-        "image": "img",
-        "model": {"backend": "maxtext", "size": "tiny", "maxtext": {"modelName": "qwen3-0.6b"}},
-        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-        "maxPrefillPredictLength": 16,
-        "maxTargetLength": 48,
-        "packing": {"maxSeqTokenPerTpu": 128},
-        "rollout": {"engine": "vanilla", "temperature": 1.0},
-        "grpo": {
-            "numGenerations": 4,
-            "batchSize": 8,
-            "beta": 0.0,
-            "learningRate": 0.01,
-            "maxSteps": 20,
-            "seed": 7,
-        },
-    },
-}
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "maxtext-tiny-cpu.yaml"
 
 
-def job(**model: Any) -> Any:
-    doc = copy.deepcopy(BASE)
-    doc["spec"]["model"].update(model)
-    with socket.socket() as s:  # every in-process run serves /metrics: its own port
+def job(monkeypatch: pytest.MonkeyPatch, **maxtext: Any) -> Any:
+    """The example, with a free /metrics port (every in-process run serves one) and ``maxtext`` merged."""
+    monkeypatch.chdir(ROOT)  # the example's relative paths (examples/tiny/...)
+    doc = load_rljob(str(EXAMPLE)).model_dump(mode="json", exclude_none=True)
+    doc["spec"]["model"]["maxtext"].update(maxtext)
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         doc["spec"]["metrics"] = {"port": s.getsockname()[1]}
     return parse_rljob(doc)
 
 
-def test_packed_run_reward_rises():
-    run = trainer_main.train(job())
+def test_example_passes_start_up_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Here MaxText is installed, so nothing is excused (the Tunix env's test_examples_start excuses it)."""
+    spec = job(monkeypatch)
+    assert trainer_main.preflight(spec) == []
+    assert startup.check(spec) == []
+
+
+def test_packed_run_reward_rises(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = trainer_main.train(job(monkeypatch))
     assert isinstance(run.learner, PackedGRPOLearner)
     assert run.learner.attention == "segments"
     assert maxtext_models.is_maxtext_model(run.cluster.actor_trainer.model)
@@ -63,8 +54,8 @@ def test_packed_run_reward_rises():
     assert last > first + 0.2, rewards
 
 
-def test_unknown_override_key_is_a_config_error():
-    bad = job(maxtext={"modelName": "qwen3-0.6b", "overrides": {"remat_polcy": "full", "run_name": "x"}})
+def test_unknown_override_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = job(monkeypatch, overrides={"remat_polcy": "full", "run_name": "x"})
     with pytest.raises(RLJobError) as err:
         trainer_main.train(bad)
     text = str(err.value)

@@ -330,7 +330,9 @@ def build_models(
         return mesh, actor, reference, config.logical_axis_rules
     mesh = make_mesh(spec.tpu.slices)
     actor = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir)
-    reference = models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir) if with_reference else None
+    reference = (
+        models.build_model(spec.model, mesh, spec.grpo.seed, checkpoint_dir) if with_reference else None
+    )
     return mesh, actor, reference, None
 
 
