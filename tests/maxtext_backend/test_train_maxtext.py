@@ -61,3 +61,21 @@ def test_unknown_override_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch)
     text = str(err.value)
     assert "spec.model.maxtext.overrides.remat_polcy: not a MaxText config key" in text
     assert "spec.model.maxtext.overrides.run_name: set by rljob" in text
+
+
+@pytest.mark.parametrize(("size", "tunix_size"), [("tiny", "tiny"), ("full", "0.6b")])
+def test_flops_shape_matches_tunix_qwen3(size: str, tunix_size: str) -> None:
+    """The metrics' FLOPs per token read MaxText's config for this backend: MaxText's qwen3-0.6b (and its
+    tiny shrink) has the same shape as Tunix's qwen3 of that size, so the two backends count alike."""
+    from rljob_trainer import flops, models
+
+    from rljob.api.maxtext import MaxTextSpec
+    from rljob.api.spec import ModelSpec
+
+    mx = ModelSpec(backend="maxtext", size=size, maxtext=MaxTextSpec(modelName="qwen3-0.6b"))
+    got = flops.shape_of(
+        maxtext_models.flops_config(maxtext_models.maxtext_config(mx, max_target_length=64, seed=0))
+    )
+    want = flops.shape_of(models.model_config(ModelSpec(family="qwen3", size=tunix_size)))
+    assert got == want
+    assert got.num_layers == (2 if size == "tiny" else 28)

@@ -18,6 +18,7 @@ MaxText -> Hugging Face weight mappings Tunix's vLLM rollout uses for weight syn
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import Any
 
 from rljob.api.spec import ModelSpec
@@ -102,6 +103,23 @@ def maxtext_config(model: ModelSpec, *, max_target_length: int, seed: int) -> An
     kwargs.update(model.maxtext.overrides)
     base = os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")
     return pyconfig.initialize(["rljob", base], **kwargs)
+
+
+def flops_config(config: Any) -> Any:
+    """MaxText's config under the Tunix ModelConfig names ``flops.shape_of`` reads (the metrics' FLOPs per
+    token). MaxText counts a dense MLP as one expert; its routed experts are ``moe_mlp_dim`` wide."""
+    moe = config.num_experts > 1
+    return SimpleNamespace(
+        num_layers=config.num_decoder_layers,
+        embed_dim=config.emb_dim,
+        hidden_dim=config.moe_mlp_dim if moe else config.mlp_dim,
+        num_heads=config.num_query_heads,
+        head_dim=config.head_dim,
+        num_kv_heads=config.num_kv_heads,
+        vocab_size=config.vocab_size,
+        num_experts=config.num_experts if moe else 0,
+        num_experts_per_tok=config.num_experts_per_tok if moe else 0,
+    )
 
 
 def make_mesh(config: Any) -> Any:

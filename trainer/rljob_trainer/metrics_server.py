@@ -31,8 +31,15 @@ def step_flops(job: Any) -> flops.StepFlops:
     from rljob_trainer import models
 
     spec = job.spec
+    if spec.model.backend == "maxtext":  # MaxText's own config (imports MaxText: this backend only)
+        from rljob_trainer import maxtext_models
+
+        mx = maxtext_models.maxtext_config(spec.model, max_target_length=spec.maxTargetLength, seed=0)
+        config = maxtext_models.flops_config(mx)
+    else:
+        config = models.model_config(spec.model)
     return flops.step_flops(
-        models.model_config(spec.model),
+        config,
         seq_len=spec.maxTargetLength,
         iterations=spec.grpo.numIterations,
         chips=jax.device_count(),
