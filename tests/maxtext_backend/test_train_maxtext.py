@@ -79,3 +79,8 @@ def test_flops_shape_matches_tunix_qwen3(size: str, tunix_size: str) -> None:
     want = flops.shape_of(models.model_config(ModelSpec(family="qwen3", size=tunix_size)))
     assert got == want
     assert got.num_layers == (2 if size == "tiny" else 28)
+
+
+def test_override_value_maxtext_refuses_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RLJobError, match=r"spec\.model\.maxtext\.overrides: MaxText refuses the config"):
+        trainer_main.train(job(monkeypatch, overrides={"dropout_rate": "not-a-number"}))

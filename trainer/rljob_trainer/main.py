@@ -113,6 +113,14 @@ def train(
     import jax
 
     spec = job.spec
+    # MaxText's config fields, read here (not in preflight: needs MaxText); before the metrics, which
+    # build MaxText's config from the overrides.
+    if spec.model.backend == "maxtext":
+        from rljob_trainer import maxtext_models
+
+        override_errors = maxtext_models.check_overrides(spec.model)
+        if override_errors:
+            raise RLJobError(override_errors, job.metadata.name, "cannot be trained")
     backend_errors = rollout.check_backend(spec, jax.default_backend())
     if backend_errors:
         raise RLJobError(backend_errors, job.metadata.name, "cannot be trained on this host")
@@ -136,12 +144,6 @@ def train(
     ckpt = checkpoint.for_job(job, recorder, telemetry, dataset_size=len(workload.data))
     from rljob_trainer.packing.rows import RowTooShortError
 
-    if spec.model.backend == "maxtext":  # needs MaxText's config fields: checked here, not in preflight
-        from rljob_trainer import maxtext_models
-
-        override_errors = maxtext_models.check_overrides(spec.model)
-        if override_errors:
-            raise RLJobError(override_errors, job.metadata.name, "cannot be trained")
     try:
         run = tunix_bridge.build(
             spec,

@@ -21,6 +21,7 @@ import os
 from types import SimpleNamespace
 from typing import Any
 
+from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
 from rljob_trainer import task
 
@@ -102,7 +103,12 @@ def maxtext_config(model: ModelSpec, *, max_target_length: int, seed: int) -> An
         kwargs["load_parameters_path"] = model.checkpointPath
     kwargs.update(model.maxtext.overrides)
     base = os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")
-    return pyconfig.initialize(["rljob", base], **kwargs)
+    try:
+        return pyconfig.initialize(["rljob", base], **kwargs)
+    except ValueError as exc:  # pydantic's ValidationError too: a value MaxText refuses is a config error
+        raise RLJobError(
+            [f"spec.model.maxtext.overrides: MaxText refuses the config: {str(exc)[:400]}"]
+        ) from None
 
 
 def flops_config(config: Any) -> Any:
