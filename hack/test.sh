@@ -19,7 +19,7 @@ echo "== pytest"
 pytest "$@"
 
 # The MaxText backend's tests need Python 3.12 and MaxText (docs/maxtext.md): their own venv, cached like
-# .venv (cold 1.5-2 min on the shared 2-core machine, then a no-op; the tests add 8-25 min by load: figures
+# .venv (cold 1.5-2 min on the shared 2-core machine, then a no-op; the tests add 10-25 min by load: figures
 # in docs/maxtext.md). Only on a full run: pytest arguments select Tunix-env tests.
 if [ $# -eq 0 ]; then
   echo "== MaxText backend (.venv-maxtext, Python 3.12)"
