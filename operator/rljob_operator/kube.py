@@ -88,24 +88,15 @@ class Kube:
 
     def set_jobset_suspend(self, ns: str, name: str, suspend: bool) -> None:
         """Toggle only ``spec.suspend``: a merge patch of one field, nothing else of the spec is touched."""
-        self.custom.patch_namespaced_custom_object(
-            names.JOBSET_GROUP,
-            names.JOBSET_VERSION,
-            ns,
-            names.JOBSET_PLURAL,
-            name,
-            {"spec": {"suspend": suspend}},
-        )
+        self._patch_jobset(ns, name, {"spec": {"suspend": suspend}})
 
     def label_jobset(self, ns: str, name: str, labels: dict[str, str]) -> None:
         """Add labels (a merge patch of ``metadata.labels``; the spec is untouched)."""
+        self._patch_jobset(ns, name, {"metadata": {"labels": labels}})
+
+    def _patch_jobset(self, ns: str, name: str, body: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(
-            names.JOBSET_GROUP,
-            names.JOBSET_VERSION,
-            ns,
-            names.JOBSET_PLURAL,
-            name,
-            {"metadata": {"labels": labels}},
+            names.JOBSET_GROUP, names.JOBSET_VERSION, ns, names.JOBSET_PLURAL, name, body
         )
 
     def set_workload_active(self, ns: str, jobset_uid: str, active: bool) -> bool:
