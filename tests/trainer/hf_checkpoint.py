@@ -142,30 +142,7 @@ def _gemma3_attention(key: str, value: np.ndarray, out: dict[str, np.ndarray]) -
 
 def hf_config(family: str, config: Any) -> dict[str, Any]:
     """config.json in ``transformers``' field names for the Tunix config (what the Hub repo would hold)."""
-    if family == "gemma3":
-        return {
-            "architectures": ["Gemma3ForCausalLM"],
-            "model_type": HF_MODEL_TYPE[family],
-            "num_hidden_layers": config.num_layers,
-            "hidden_size": config.embed_dim,
-            "intermediate_size": config.hidden_dim,
-            "num_attention_heads": config.num_heads,
-            "num_key_value_heads": config.num_kv_heads,
-            "head_dim": config.head_dim,
-            "vocab_size": config.num_embed,
-            "sliding_window": config.sliding_window_size,
-            "rope_theta": config.global_base_frequency,
-            "rope_local_base_freq": config.local_base_frequency,
-            "query_pre_attn_scalar": config.head_dim,
-            "rms_norm_eps": 1e-6,
-            "tie_word_embeddings": True,
-            "torch_dtype": "float32",
-        }
-    tied = bool(getattr(config, "use_tied_embedding", getattr(config, "weight_tying", False)))
-    return {
-        "architectures": [
-            {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(family, "LlamaForCausalLM")
-        ],
+    shared = {
         "model_type": HF_MODEL_TYPE[family],
         "num_hidden_layers": config.num_layers,
         "hidden_size": config.embed_dim,
@@ -173,11 +150,30 @@ def hf_config(family: str, config: Any) -> dict[str, Any]:
         "num_attention_heads": config.num_heads,
         "num_key_value_heads": config.num_kv_heads,
         "head_dim": config.head_dim,
+        "torch_dtype": "float32",
+    }
+    if family == "gemma3":
+        return {
+            "architectures": ["Gemma3ForCausalLM"],
+            **shared,
+            "vocab_size": config.num_embed,
+            "sliding_window": config.sliding_window_size,
+            "rope_theta": config.global_base_frequency,
+            "rope_local_base_freq": config.local_base_frequency,
+            "query_pre_attn_scalar": config.head_dim,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+        }
+    tied = bool(getattr(config, "use_tied_embedding", getattr(config, "weight_tying", False)))
+    return {
+        "architectures": [
+            {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(family, "LlamaForCausalLM")
+        ],
+        **shared,
         "vocab_size": config.vocab_size,
         "rope_theta": config.rope_theta,
         "rms_norm_eps": config.norm_eps,
         "tie_word_embeddings": tied,
-        "torch_dtype": "float32",
     }
 
 
