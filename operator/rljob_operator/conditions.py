@@ -62,6 +62,23 @@ def set_condition(
     return out
 
 
+def set_on(
+    status: dict[str, Any],
+    type_: str,
+    value: bool,
+    reason: str,
+    message: str,
+    *,
+    now: datetime,
+    generation: int | None = None,
+) -> list[Condition]:
+    """:func:`set_condition` on an object's ``status``, whose ``conditions`` may be absent or null (a new
+    RLJob's): every status writer starts from the list it last wrote, so they read it one way."""
+    return set_condition(
+        list(status.get("conditions") or []), type_, value, reason, message, now=now, generation=generation
+    )
+
+
 def clear_condition(
     conditions: list[Condition],
     type_: str,

@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from rljob_operator.conditions import set_condition, timestamp
+from rljob_operator.conditions import set_on, timestamp
 
 GLOBAL_STEP = "rljob_trainer_global_step"
 MAX_STEPS = "rljob_trainer_max_steps"
@@ -150,15 +150,7 @@ def with_progress(
     new = dict(status)
     new["progress"] = progress(r, now)
     is_stalled, reason, message = stalled(r, now)
-    new["conditions"] = set_condition(
-        list(status.get("conditions") or []),
-        STALLED,
-        is_stalled,
-        reason,
-        message,
-        now=now,
-        generation=generation,
-    )
+    new["conditions"] = set_on(status, STALLED, is_stalled, reason, message, now=now, generation=generation)
     return new
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from rljob.api.spec import TERMINAL_PHASES, RLJob
 from rljob_operator import progress
-from rljob_operator.conditions import Condition, clear_condition, set_condition, timestamp
+from rljob_operator.conditions import Condition, clear_condition, set_condition, set_on, timestamp
 from rljob_operator.slices import slice_shape
 
 # Condition types on the RLJob (documented on RLJobStatus.conditions).
@@ -237,6 +237,16 @@ def compute_status(
     )
 
 
+def _failing(old: dict[str, Any], phase: str, generation: int | None) -> dict[str, Any]:
+    """The start of a status the operator writes without a JobSet to read (its child could not be made):
+    ``phase`` and the generation it answers, ``restarts`` kept as a number."""
+    new = dict(old)
+    new.update(phase=phase, restarts=int(old.get("restarts", 0)))
+    if generation is not None:
+        new["observedGeneration"] = generation
+    return new
+
+
 def invalid_spec_status(
     old: dict[str, Any], errors: list[str], *, now: datetime, generation: int | None
 ) -> StatusUpdate:
@@ -244,18 +254,10 @@ def invalid_spec_status(
     if is_terminal(old):
         return StatusUpdate(status=old)
     message = "; ".join(errors)
-    new = dict(old)
-    new.update(phase="Failed", restarts=int(old.get("restarts", 0)), completionTime=timestamp(now))
-    if generation is not None:
-        new["observedGeneration"] = generation
-    new["conditions"] = set_condition(
-        list(old.get("conditions") or []),
-        FAILED,
-        True,
-        REASON_INVALID_SPEC,
-        message,
-        now=now,
-        generation=generation,
+    new = _failing(old, "Failed", generation)
+    new["completionTime"] = timestamp(now)
+    new["conditions"] = set_on(
+        old, FAILED, True, REASON_INVALID_SPEC, message, now=now, generation=generation
     )
     return StatusUpdate(status=new, events=[Event("Warning", REASON_INVALID_SPEC, message)], changed=True)
 
@@ -272,11 +274,8 @@ def create_failed_status(
     reason = REASON_CREATE_REJECTED if rejected else REASON_CREATE_FAILED
     text = f"creating the {kind} failed ({code}): {message}"
     kw = {"now": now, "generation": generation}
-    new = dict(old)
-    new.update(phase="Failed" if rejected else "Pending", restarts=int(old.get("restarts", 0)))
-    if generation is not None:
-        new["observedGeneration"] = generation
-    conds = set_condition(list(old.get("conditions") or []), CREATED, False, reason, text, **kw)
+    new = _failing(old, "Failed" if rejected else "Pending", generation)
+    conds = set_on(old, CREATED, False, reason, text, **kw)
     if rejected:
         conds = set_condition(conds, FAILED, True, reason, text, **kw)
         new["completionTime"] = timestamp(now)
