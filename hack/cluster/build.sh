@@ -166,34 +166,22 @@ install_prometheus_tools() {
   rm -rf "${work}"
 }
 
-# --- JobSet CRD and RBAC: taken from the module cache (not vendored here) ----
-# Copied next to the jobset binary so `up.sh` works offline and the manifests
-# always match the controller version.
-copy_jobset_manifests() {
-  local dir mod
-  dir="$(jobset_dir)"
-  [[ -f "${dir}/manifests/jobset.x-k8s.io_jobsets.yaml" && -f "${dir}/manifests/role.yaml" ]] && return
-  mod="$(cd "${RLJOB_SRC_CACHE}" && go mod download -json "sigs.k8s.io/jobset@${JOBSET_VERSION}" | json_field Dir)"
-  [[ -f "${mod}/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" ]] || die "no JobSet CRD in ${mod}"
-  mkdir -p "${dir}/manifests"
-  cp "${mod}/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "${mod}/config/components/rbac/role.yaml" \
-    "${dir}/manifests/"
-  chmod u+w "${dir}/manifests/"*   # the module cache is read-only
-  log "jobset CRD and RBAC role copied from ${mod}"
-}
-
-# --- Kueue CRDs and RBAC role: from the module cache, like JobSet's ----------------
-copy_kueue_manifests() {
-  local dir mod
-  dir="$(kueue_dir)"
-  [[ -f "${dir}/manifests/role.yaml" && -f "${dir}/manifests/crds/kueue.x-k8s.io_workloads.yaml" ]] && return
-  mod="$(cd "${RLJOB_SRC_CACHE}" && go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | json_field Dir)"
-  [[ -f "${mod}/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml" ]] || die "no Kueue CRDs in ${mod}"
-  mkdir -p "${dir}/manifests/crds"
-  cp "${mod}"/config/components/crd/bases/*.yaml "${dir}/manifests/crds/"
+# --- JobSet's and Kueue's CRDs and RBAC role: taken from the module cache (not vendored here) ----
+# Copied next to each binary so `up.sh` works offline and the manifests always
+# match the controller version.
+# copy_manifests NAME DIR MODULE VERSION CRD_SUBDIR CRD: every CRD of MODULE@VERSION
+# into DIR/manifests/CRD_SUBDIR (CRD, one of them, tells whether that is done), its
+# manager role into DIR/manifests.
+copy_manifests() {
+  local name="$1" dir="$2" module="$3" version="$4" crds="$2/manifests/$5" probe="$6" mod
+  [[ -f "${dir}/manifests/role.yaml" && -f "${crds}/${probe}" ]] && return
+  mod="$(cd "${RLJOB_SRC_CACHE}" && go mod download -json "${module}@${version}" | json_field Dir)"
+  [[ -f "${mod}/config/components/crd/bases/${probe}" ]] || die "no ${name} CRDs in ${mod}"
+  mkdir -p "${crds}"
+  cp "${mod}"/config/components/crd/bases/*.yaml "${crds}/"
   cp "${mod}/config/components/rbac/role.yaml" "${dir}/manifests/"
   chmod -R u+w "${dir}/manifests"   # the module cache is read-only
-  log "kueue CRDs and RBAC role copied from ${mod}"
+  log "${name} CRDs and RBAC role copied from ${mod}"
 }
 
 # --- fake-gcs-server: the GCS-compatible server of the gs:// trainer tests -------
@@ -218,8 +206,8 @@ main() {
   go_tool helm "$(helm_dir)" helm.sh/helm/v3 "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
     "-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
   build_fake_gcs_server
-  copy_jobset_manifests
-  copy_kueue_manifests
+  copy_manifests jobset "$(jobset_dir)" sigs.k8s.io/jobset "${JOBSET_VERSION}" . jobset.x-k8s.io_jobsets.yaml
+  copy_manifests kueue "$(kueue_dir)" sigs.k8s.io/kueue "${KUEUE_VERSION}" crds kueue.x-k8s.io_workloads.yaml
   install_prometheus_tools
   log "all binaries ready in $((SECONDS - start))s"
 }

@@ -40,23 +40,18 @@ kueue_dir() { echo "${RLJOB_BIN_CACHE}/kueue-${KUEUE_VERSION}"; }
 kwok_dir() { echo "${RLJOB_BIN_CACHE}/kwok-${KWOK_VERSION}"; }
 helm_dir() { echo "${RLJOB_BIN_CACHE}/helm-${HELM_VERSION}"; }
 fake_gcs_dir() { echo "${RLJOB_BIN_CACHE}/fake-gcs-server-${FAKE_GCS_SERVER_VERSION}"; }
-# promtool's version is whatever Debian resolved; take the newest cached one.
-promtool_dir() {
+# newest_dir NAME: the newest cached NAME-<version> folder. promtool and the
+# prometheus server (alert e2e tests) come from one Debian package whose version
+# is whatever Debian resolved, so they are found, not named.
+newest_dir() {
   local d
-  d="$(find "${RLJOB_BIN_CACHE}" -maxdepth 1 -type d -name 'promtool-*' ! -name '*.tmp' 2>/dev/null |
+  d="$(find "${RLJOB_BIN_CACHE}" -maxdepth 1 -type d -name "$1-*" ! -name '*.tmp' 2>/dev/null |
     sort -V | tail -n1)"
   [[ -n "${d}" ]] || return 1
   echo "${d}"
 }
-
-# The prometheus server, from the same Debian package (alert e2e tests).
-prometheus_dir() {
-  local d
-  d="$(find "${RLJOB_BIN_CACHE}" -maxdepth 1 -type d -name 'prometheus-*' ! -name '*.tmp' 2>/dev/null |
-    sort -V | tail -n1)"
-  [[ -n "${d}" ]] || return 1
-  echo "${d}"
-}
+promtool_dir() { newest_dir promtool; }
+prometheus_dir() { newest_dir prometheus; }
 
 # All bin folders, one per line (for PATH).
 bin_dirs() {
