@@ -71,6 +71,15 @@ def test_numiterations_repeat_the_training_pass_only() -> None:
         0,
     )
 
+    # by_phase keeps only phases with model passes; the step's total is what MFU divides
+    assert f.by_phase(["rollout", "train", "weight_sync"], 10) == {"rollout": 20, "train": 180}
+
+
+def test_tokens_per_chip_is_absent_for_a_step_of_no_time() -> None:
+    f = flops.StepFlops(forward_per_token=2, train_per_token=6, iterations=1, chips=4, peak_per_chip=None)
+    assert f.tokens_per_chip(800, 2.0) == 100.0
+    assert f.tokens_per_chip(800, 0.0) is None  # the gauge keeps its last value rather than showing 0
+
 
 def test_moe_counts_the_routed_experts_and_the_router() -> None:
     moe = flops.ModelShape(1, 8, 4, 1, 8, 1, 10, num_experts=16, num_experts_per_tok=2)

@@ -27,6 +27,7 @@ FLOPs per phase so both can be shown.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,15 @@ class StepFlops:
         if phase in FORWARD_PASSES:
             return self.forward_per_token * tokens
         return 0
+
+    def by_phase(self, phases: Iterable[str], tokens: int) -> dict[str, int]:
+        """Model FLOPs of each of ``phases`` that ran model passes over ``tokens`` real tokens."""
+        flops = {phase: self.phase_flops(phase, tokens) for phase in phases}
+        return {phase: f for phase, f in flops.items() if f}
+
+    def tokens_per_chip(self, tokens: int, seconds: float) -> float | None:
+        """Real tokens per second per chip of a step; None for a step of no time or no chips."""
+        return tokens / seconds / self.chips if seconds > 0 and self.chips > 0 else None
 
     def mfu(self, flops: float, seconds: float) -> float | None:
         """Model FLOPs utilization: ``flops / (seconds x chips x peak)``; None without a peak."""

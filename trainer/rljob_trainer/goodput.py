@@ -1,4 +1,5 @@
-"""Goodput accounting: a trainer process's wall time split into kinds. Pure Python (no JAX, no Prometheus).
+"""Goodput accounting: a trainer process's wall time split into kinds. Pure Python (no JAX, no Prometheus):
+the arithmetic and the per-process ``Ledger``; ``metrics.py`` adds the seconds to its counters.
 
 Goodput = productive step seconds / wall seconds. The metrics (``metrics.TIME_SECONDS``, a counter per
 kind) make ``rate(rljob_trainer_time_seconds_total{kind="productive_step"}[w])`` the goodput over the
@@ -27,6 +28,7 @@ Kinds, and where each second comes from (none is counted twice):
 
 from __future__ import annotations
 
+import threading
 import time
 
 KINDS = (
@@ -58,6 +60,56 @@ def startup_seconds(now: float, process_start: float, accounted: float) -> float
     """Seconds from the process's start to ``now`` (its first step beginning) not already ``accounted``
     to another kind (compiles, the checkpoint restore)."""
     return max(0.0, now - process_start - accounted)
+
+
+class Ledger:
+    """One process's goodput bookkeeping between the metrics hooks: compile seconds (JAX reports them from
+    any thread, hence the lock), the checkpoint restore, and whether the first step has begun. Its methods
+    return seconds by kind; the caller counts them."""
+
+    def __init__(self, process_start: float) -> None:
+        self._lock = threading.Lock()
+        self._process_start = process_start
+        self._compile_total = 0.0
+        self._compile_in_step = 0.0  # since the last step ended: marks the next step compiled="true"
+        self._compile_at_step_start = 0.0
+        self._restore_seconds = 0.0
+        self._steps_seen = 0
+        self._started = False
+        self._resumed = False
+
+    def compiled(self, seconds: float) -> None:
+        """XLA compiled for ``seconds`` (the compile kind counts them as they happen)."""
+        with self._lock:
+            self._compile_in_step += seconds
+            self._compile_total += seconds
+
+    def restored(self, seconds: float) -> None:
+        """The process resumed from a checkpoint read in ``seconds``: its start-up is a restart."""
+        self._resumed = True
+        self._restore_seconds += seconds
+
+    def step_started(self, now: float) -> tuple[str, float] | None:
+        """A step begins at ``now``. The first one ends the start-up: ("startup" or "restart", its seconds
+        not already counted as compiles or restore); None for every later step."""
+        with self._lock:
+            self._compile_at_step_start = self._compile_total
+            accounted = self._compile_total + self._restore_seconds
+        if self._started:
+            return None
+        self._started = True
+        kind = "restart" if self._resumed else "startup"
+        return kind, startup_seconds(now, self._process_start, accounted)
+
+    def step_ended(self, seconds: float, phase_seconds: dict[str, float]) -> tuple[bool, dict[str, float]]:
+        """A step of ``seconds`` ended: (whether it compiled, its productive and idle seconds). The first
+        step of a process always counts as compiled."""
+        with self._lock:
+            compiled = self._steps_seen == 0 or self._compile_in_step > 0
+            self._compile_in_step = 0.0
+            compile_in_step = self._compile_total - self._compile_at_step_start
+            self._steps_seen += 1
+        return compiled, split_step(seconds, phase_seconds, compile_in_step)
 
 
 def process_start_time() -> float:

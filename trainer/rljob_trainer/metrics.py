@@ -13,7 +13,8 @@ Steps that compiled (the first step of a process, and any step during which XLA 
 e.g. a new packed-row bucket) are labelled ``compiled="true"`` in the step histogram, so the mean that
 the regression alert compares with the baseline uses ``compiled="false"`` steps only.
 
-Throughput and goodput (``flops.py`` and ``goodput.py`` hold the arithmetic and say what is counted):
+Throughput and goodput (``flops.py`` and ``goodput.py`` hold the arithmetic and the bookkeeping and say
+what is counted; this module only names the series and counts what they return):
 model FLOPs per phase, MFU of the last step against the chip's peak (exported only on a TPU backend: a
 CPU run has no peak to compare with, so the series is absent rather than a made-up number), real tokens
 per second per chip, and the process's wall time by kind (``rljob_trainer_time_seconds_total{kind}``;
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-import threading
 import time
 from typing import Any
 
@@ -244,15 +244,7 @@ class TrainerMetrics:
         self._longest_step = 0.0
         self._longest_save = 0.0
         self.stall_threshold.labels(**lb).set(stall_threshold_seconds)
-        self._lock = threading.Lock()
-        self._compile_in_step = 0.0
-        self._compile_total = 0.0
-        self._compile_at_step_start = 0.0
-        self._restore_seconds = 0.0
-        self._steps_seen = 0
-        self._started = False
-        self._resumed = False
-        self._process_start = process_start if process_start is not None else time.time()
+        self._ledger = goodput.Ledger(process_start if process_start is not None else time.time())
 
     def _init_throughput(self, base: list[str], step_flops: StepFlops | None) -> None:
         """The throughput and goodput series (see flops.py and goodput.py for what they count)."""
@@ -304,20 +296,14 @@ class TrainerMetrics:
         """A jax.monitoring duration listener: counts XLA backend compiles (see ``watch_compiles``)."""
         if event == "/jax/core/compile/backend_compile_duration":
             self.time_seconds.labels(**self._labels, kind="compile").inc(duration_secs)
-            with self._lock:
-                self._compile_in_step += duration_secs
-                self._compile_total += duration_secs
+            self._ledger.compiled(duration_secs)
 
     def on_step_start(self, step: int) -> None:
         """The recorder's step-start hook: the first one ends this process's start-up (or restart)."""
-        with self._lock:
-            self._compile_at_step_start = self._compile_total
-            accounted = self._compile_total + self._restore_seconds
-        if self._started:
-            return
-        self._started = True
-        seconds = goodput.startup_seconds(time.time(), self._process_start, accounted)
-        self.time_seconds.labels(**self._labels, kind="restart" if self._resumed else "startup").inc(seconds)
+        started = self._ledger.step_started(time.time())
+        if started is not None:
+            kind, seconds = started
+            self.time_seconds.labels(**self._labels, kind=kind).inc(seconds)
 
     def watch_compiles(self) -> None:
         """Register ``on_compile`` with JAX, so steps that compiled are labelled ``compiled="true"``."""
@@ -336,12 +322,8 @@ class TrainerMetrics:
     def __call__(self, r: StepReport) -> None:
         """The StepCallback: record one finished global step."""
         lb = self._labels
-        with self._lock:
-            compiled = self._steps_seen == 0 or self._compile_in_step > 0
-            self._compile_in_step = 0.0
-            compile_in_step = self._compile_total - self._compile_at_step_start
-            self._steps_seen += 1
-        for kind, secs in goodput.split_step(r.seconds, r.phase_seconds, compile_in_step).items():
+        compiled, kinds = self._ledger.step_ended(r.seconds, r.phase_seconds)
+        for kind, secs in kinds.items():
             self.time_seconds.labels(**lb, kind=kind).inc(secs)
         self._throughput(r)
         self.step_duration.labels(**lb, compiled=str(compiled).lower()).observe(r.seconds)
@@ -370,16 +352,12 @@ class TrainerMetrics:
         if self._flops is None:
             return
         lb, f = self._labels, self._flops
-        total = 0
-        for name in r.phase_seconds:
-            flops = f.phase_flops(name, r.real_tokens)
-            if flops:
-                self.model_flops.labels(**lb, phase=PHASE_LABELS.get(name, name)).inc(flops)
-                total += flops
-        if r.seconds > 0 and f.chips > 0:
-            self.tokens_per_chip.labels(**lb).set(r.real_tokens / r.seconds / f.chips)
-        mfu = f.mfu(total, r.seconds)
-        if mfu is not None:
+        by_phase = f.by_phase(r.phase_seconds, r.real_tokens)
+        for name, flops in by_phase.items():
+            self.model_flops.labels(**lb, phase=PHASE_LABELS.get(name, name)).inc(flops)
+        if (per_chip := f.tokens_per_chip(r.real_tokens, r.seconds)) is not None:
+            self.tokens_per_chip.labels(**lb).set(per_chip)
+        if (mfu := f.mfu(sum(by_phase.values()), r.seconds)) is not None:
             self.mfu.labels(**lb).set(mfu)
 
     def on_checkpoint(self, step: int, seconds: float) -> None:
@@ -392,8 +370,7 @@ class TrainerMetrics:
 
     def on_resume(self, step: int, seconds: float = 0.0) -> None:
         """Resumed from the checkpoint of ``step``, read in ``seconds``."""
-        self._resumed = True
-        self._restore_seconds += seconds
+        self._ledger.restored(seconds)
         self.time_seconds.labels(**self._labels, kind="checkpoint_restore").inc(seconds)
         self.resumed_step.labels(**self._labels).set(step)
         self.global_step.labels(**self._labels).set(step)
