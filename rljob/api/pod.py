@@ -3,7 +3,7 @@
 Kept to the part of the Kubernetes pod API a TPU trainer needs (an ``EnvVar`` with a value or a Secret/
 ConfigMap key, a handful of volume sources), so every field is validated here and at admission like the
 rest of the RLJob; the operator renders them (``rljob_operator/pod.py``). Cross-field rules (unique names,
-mounts that refer to a volume, reserved paths, capacity combinations) are in ``rules.py``.
+mounts that refer to a volume, reserved paths, capacity combinations) are in ``pod_rules.py``.
 """
 
 from __future__ import annotations

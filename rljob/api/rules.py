@@ -4,18 +4,21 @@ The Python ``check`` runs in the model (``RLJob`` validation, ``rljob validate``
 expression is emitted into the CRD as an ``x-kubernetes-validations`` entry at ``scope`` so the apiserver
 rejects the same specs at admission. ``tests/api/test_cel.py`` evaluates both on the same cases, so they
 cannot drift apart. Single-field bounds (ranges, patterns, enums) live on the fields in ``spec.py``.
+
+The rules of the slice are in ``tpu_rules.py`` and those of the trainer pod's fields in ``pod_rules.py``;
+this module holds the rest and gathers all of them, in the order the CRD lists them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from rljob.api import pod, tpu
 from rljob.api.maxtext import MAXTEXT_SIZES
+from rljob.api.pod_rules import POD_RULES
+from rljob.api.rule import Rule, cel_list
 from rljob.api.tpu import RESERVED_TPU_PORTS
+from rljob.api.tpu_rules import TPU_RULES
 
 MAX_NAME_LENGTH = 40
 """Longest RLJob name. The JobSet (same name) gives pods ``<name>-slice-<job>-<pod>-<5 random>``; with
@@ -29,92 +32,6 @@ PACKED_ROW_MULTIPLE = 128
 """A packed row's length must be a multiple of this. TPU splash attention tiles a row into query and key
 blocks that are multiples of 128 (the TPU lane width) and must divide the row; the trainer picks the
 largest of 1024/512/256/128 that divides it."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One validation rule. ``check`` and ``cel`` receive the object at ``scope`` (e.g. the spec)."""
-
-    scope: tuple[str, ...]  # path from the RLJob root to the object the rule is attached to
-    field: str  # path, relative to scope, of the field the error names (CEL fieldPath)
-    message: str
-    cel: str
-    check: Callable[[Any], bool]
-
-    @property
-    def path(self) -> str:
-        """The field's full path, as Kubernetes prints it (``spec.packing.maxSeqTokenPerTpu``)."""
-        return ".".join((*self.scope, self.field))
-
-    @property
-    def error(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-def _cel_list(items: tuple[Any, ...]) -> str:
-    return "[" + ", ".join(f"'{i}'" if isinstance(i, str) else str(i) for i in items) + "]"
-
-
-def _dim(i: int) -> str:
-    return f"int(self.topology.split('x')[{i}])"
-
-
-def _topology_rule(gen: tpu.Generation) -> Rule:
-    """GKE's rule for one generation (``tpu.Generation``): its listed shapes, and for 3D generations any
-    ``AxBxC`` with A <= B <= C, all multiples of 4, up to ``max_chips`` chips.
-
-    The CEL uses ``split`` (Kubernetes' strings extension); the ``matches`` guard comes first, and CEL's
-    ``&&`` is false as soon as one side is, so a 2D topology never reaches the ``int`` calls.
-    """
-    listed = f"self.topology in {_cel_list(gen.shapes)}"
-    if gen.dims == 2:
-        message = f"for {gen.accelerator} must be one of {', '.join(gen.shapes)}"
-        cel = f"self.accelerator != '{gen.accelerator}' || {listed}"
-    else:
-        e = tpu.CUBE_EDGE
-        message = (
-            f"for {gen.accelerator} must be one of {', '.join(gen.shapes)}, or AxBxC with A <= B <= C, "
-            f"all multiples of {e}, at most {gen.max_chips} chips"
-        )
-        cube = " && ".join(
-            [
-                f"self.topology.matches('{tpu.CUBE_PATTERN}')",
-                *(f"{_dim(i)} % {e} == 0" for i in range(3)),
-                f"{_dim(0)} <= {_dim(1)}",
-                f"{_dim(1)} <= {_dim(2)}",
-                f"{_dim(0)} * {_dim(1)} * {_dim(2)} <= {gen.max_chips}",
-            ]
-        )
-        cel = f"self.accelerator != '{gen.accelerator}' || {listed} || ({cube})"
-    return Rule(
-        scope=("spec", "tpu"),
-        field="topology",
-        message=message,
-        cel=cel,
-        check=lambda t, g=gen: t.accelerator != g.accelerator or tpu.topology_ok(g.accelerator, t.topology),
-    )
-
-
-_EIGHT_CHIP = tuple(g.accelerator for g in tpu.GENERATIONS if g.eight_chip_host)
-_SINGLE_HOST = tuple(
-    sorted({t for g in tpu.GENERATIONS for t in g.shapes if tpu.hosts_per_slice(g.accelerator, t) == 1})
-)
-"""Single-host topologies at the default chips per host (every shape from one cube up is multi-host)."""
-_SINGLE_CHIP = tuple(t for t in _SINGLE_HOST if tpu.chips(t) == 1)
-
-
-def _chips_per_host_ok(t: Any) -> bool:
-    # Stated like the CEL; on valid topologies it equals tpu.allowed_chips_per_host (tests/api/test_tpu.py).
-    return (
-        t.chipsPerHost is None
-        or t.chipsPerHost == (1 if t.topology in _SINGLE_CHIP else 4)
-        or (t.chipsPerHost == 8 and t.topology == "2x4" and t.accelerator in _EIGHT_CHIP)
-    )
-
-
-def _multislice_ok(t: Any) -> bool:
-    # Stated like the CEL (which cannot multiply topology dimensions); equal to "hosts > 1" on valid slices.
-    return t.slices == 1 or (t.topology not in _SINGLE_HOST and t.chipsPerHost != 8)
 
 
 def _micro_divides(g: Any) -> bool:
@@ -186,29 +103,10 @@ _CORE_RULES: tuple[Rule, ...] = (
         field="size",
         message=f"with backend maxtext must be one of {', '.join(MAXTEXT_SIZES)} (tiny: the named "
         "architecture shrunk to the 2-layer random demo decoder; full: as MaxText defines it)",
-        cel=f"self.backend != 'maxtext' || self.size in {_cel_list(MAXTEXT_SIZES)}",
+        cel=f"self.backend != 'maxtext' || self.size in {cel_list(MAXTEXT_SIZES)}",
         check=lambda m: m.backend != "maxtext" or m.size in MAXTEXT_SIZES,
     ),
-    *(_topology_rule(g) for g in tpu.GENERATIONS),
-    Rule(
-        scope=("spec", "tpu"),
-        field="chipsPerHost",
-        message=f"must match the slice: 1 for topology {' or '.join(_SINGLE_CHIP)}, 8 only for 2x4 on "
-        f"{' or '.join(_EIGHT_CHIP)}, else 4",
-        cel="!has(self.chipsPerHost) || "
-        f"self.chipsPerHost == (self.topology in {_cel_list(_SINGLE_CHIP)} ? 1 : 4) || "
-        f"(self.chipsPerHost == 8 && self.topology == '2x4' && self.accelerator in {_cel_list(_EIGHT_CHIP)})",
-        check=_chips_per_host_ok,
-    ),
-    Rule(
-        scope=("spec", "tpu"),
-        field="slices",
-        message="multislice (slices > 1) needs a multi-host slice; "
-        f"{', '.join(_SINGLE_HOST)} and 8-chip hosts are single-host",
-        cel=f"self.slices == 1 || (!(self.topology in {_cel_list(_SINGLE_HOST)}) && "
-        "!(has(self.chipsPerHost) && self.chipsPerHost == 8))",
-        check=_multislice_ok,
-    ),
+    *TPU_RULES,
     Rule(
         scope=("spec", "grpo"),
         field="miniBatchSize",
@@ -259,119 +157,11 @@ _CORE_RULES: tuple[Rule, ...] = (
         scope=("spec", "metrics"),
         field="port",
         message=f"must not be one of the TPU runtime's ports {', '.join(map(str, RESERVED_TPU_PORTS))}",
-        cel=f"!(self.port in {_cel_list(RESERVED_TPU_PORTS)})",
+        cel=f"!(self.port in {cel_list(RESERVED_TPU_PORTS)})",
         check=lambda m: m.port not in RESERVED_TPU_PORTS,
     ),
 )
 
-
-# --- trainer pod: capacity, env, volumes (rljob/api/pod.py) ----------------------------------------------
-def _one_of_cel(var: str, fields: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"has({var}.{f})" for f in fields) + "].exists_one(x, x)"
-
-
-def _outside(path: str, reserved: str) -> bool:
-    return not (path == reserved or path.startswith(reserved + "/") or reserved.startswith(path + "/"))
-
-
-def _outside_cel(var: str, reserved: str) -> str:
-    return (
-        f"!({var} == '{reserved}' || {var}.startsWith('{reserved}/') || '{reserved}'.startsWith({var} + '/'))"
-    )
-
-
-_RESERVED_PATHS = (pod.CONFIG_DIR, pod.SHM_DIR)
-
-POD_RULES: tuple[Rule, ...] = (
-    Rule(
-        scope=("spec", "tpu", "capacity"),
-        field="reservation",
-        message="is required with type Reservation and only allowed with it (Spot and FlexStart VMs do not "
-        "consume reservations)",
-        cel="(self.type == 'Reservation') == has(self.reservation)",
-        check=lambda c: (c.type == "Reservation") == (c.reservation is not None),
-    ),
-    Rule(
-        scope=("spec", "tpu", "capacity"),
-        field="reservationProject",
-        message="needs a reservation (it names the project that shares it)",
-        cel="!has(self.reservationProject) || has(self.reservation)",
-        check=lambda c: c.reservationProject is None or c.reservation is not None,
-    ),
-    Rule(
-        scope=("spec", "tpu", "capacity"),
-        field="maxRunDurationSeconds",
-        message="is only for type FlexStart",
-        cel="!has(self.maxRunDurationSeconds) || self.type == 'FlexStart'",
-        check=lambda c: c.maxRunDurationSeconds is None or c.type == "FlexStart",
-    ),
-    Rule(
-        scope=("spec",),
-        field="env",
-        message="each variable needs exactly one of value and valueFrom, and valueFrom exactly one of "
-        "secretKeyRef and configMapKeyRef",
-        cel="!has(self.env) || self.env.all(e, has(e.value) != has(e.valueFrom) && "
-        "(!has(e.valueFrom) || has(e.valueFrom.secretKeyRef) != has(e.valueFrom.configMapKeyRef)))",
-        check=lambda s: all(
-            (e.value is None) != (e.valueFrom is None)
-            and (
-                e.valueFrom is None
-                or (e.valueFrom.secretKeyRef is None) != (e.valueFrom.configMapKeyRef is None)
-            )
-            for e in s.env
-        ),
-    ),
-    Rule(
-        scope=("spec",),
-        field="env",
-        message="variable names must be unique and not the operator's own "
-        f"({', '.join(pod.RESERVED_ENV)} or {pod.RESERVED_ENV_PREFIX}*)",
-        cel="!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name) && "
-        f"!(e.name in {_cel_list(pod.RESERVED_ENV)}) && !e.name.startsWith('{pod.RESERVED_ENV_PREFIX}'))",
-        check=lambda s: (
-            len({e.name for e in s.env}) == len(s.env)
-            and not any(
-                e.name in pod.RESERVED_ENV or e.name.startswith(pod.RESERVED_ENV_PREFIX) for e in s.env
-            )
-        ),
-    ),
-    Rule(
-        scope=("spec",),
-        field="volumes",
-        message="each volume needs exactly one source "
-        f"({', '.join(pod.VOLUME_SOURCES)}) and a unique name other than {' and '.join(pod.RESERVED_VOLUMES)}",
-        cel=f"!has(self.volumes) || self.volumes.all(v, {_one_of_cel('v', pod.VOLUME_SOURCES)} && "
-        "self.volumes.exists_one(w, w.name == v.name) && "
-        f"!(v.name in {_cel_list(pod.RESERVED_VOLUMES)}))",
-        check=lambda s: (
-            all(sum(getattr(v, f) is not None for f in pod.VOLUME_SOURCES) == 1 for v in s.volumes)
-            and len({v.name for v in s.volumes}) == len(s.volumes)
-            and not any(v.name in pod.RESERVED_VOLUMES for v in s.volumes)
-        ),
-    ),
-    Rule(
-        scope=("spec",),
-        field="volumeMounts",
-        message="each mount must name a volume of spec.volumes",
-        cel="!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && "
-        "self.volumes.exists(v, v.name == m.name))",
-        check=lambda s: all(any(v.name == m.name for v in s.volumes) for m in s.volumeMounts),
-    ),
-    Rule(
-        scope=("spec",),
-        field="volumeMounts",
-        message=f"mount paths must be unique and keep clear of {' and '.join(_RESERVED_PATHS)} "
-        "(the trainer's config and shared memory)",
-        cel="!has(self.volumeMounts) || "
-        "self.volumeMounts.all(m, self.volumeMounts.exists_one(n, n.mountPath == m.mountPath) && "
-        + " && ".join(_outside_cel("m.mountPath", r) for r in _RESERVED_PATHS)
-        + ")",
-        check=lambda s: (
-            len({m.mountPath for m in s.volumeMounts}) == len(s.volumeMounts)
-            and all(_outside(m.mountPath, r) for m in s.volumeMounts for r in _RESERVED_PATHS)
-        ),
-    ),
-)
 
 RULES: tuple[Rule, ...] = (*_CORE_RULES, *POD_RULES)
 

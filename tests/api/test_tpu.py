@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from rljob.api import tpu
-from rljob.api.rules import _SINGLE_HOST, _chips_per_host_ok
+from rljob.api.tpu_rules import SINGLE_HOST, chips_per_host_ok
 
 V4, V5E, V5P, V6E, V7X = "tpu-v4-podslice", "tpu-v5-lite-podslice", "tpu-v5p-slice", "tpu-v6e-slice", "tpu7x"
 
@@ -107,7 +107,7 @@ def test_single_host_set_matches_host_math() -> None:
     for gen in tpu.GENERATIONS:
         for topo in tpu.topologies(gen.accelerator):
             single = tpu.hosts_per_slice(gen.accelerator, topo) == 1
-            assert single == (topo in _SINGLE_HOST), (gen.accelerator, topo)
+            assert single == (topo in SINGLE_HOST), (gen.accelerator, topo)
 
 
 def test_chips_per_host_rule_matches_table() -> None:
@@ -115,4 +115,4 @@ def test_chips_per_host_rule_matches_table() -> None:
         for topo in tpu.topologies(gen.accelerator):
             for value in (1, 4, 8):
                 t = SimpleNamespace(accelerator=gen.accelerator, topology=topo, chipsPerHost=value)
-                assert _chips_per_host_ok(t) == (value in tpu.allowed_chips_per_host(gen.accelerator, topo))
+                assert chips_per_host_ok(t) == (value in tpu.allowed_chips_per_host(gen.accelerator, topo))
