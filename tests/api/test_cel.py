@@ -7,8 +7,9 @@ from hypothesis import HealthCheck, given, settings
 
 from rljob.api import RLJobError, parse_rljob
 from rljob.api.rules import RULES
-from tests.api.cases import RULE_CASES, manifest
+from tests.api.cases import RULE_CASES
 from tests.api.celcheck import cel_failures, schema_failures
+from tests.api.manifests import manifest
 from tests.api.strategies import rljob_manifests
 
 _RULE_ERRORS = {r.error for r in RULES}

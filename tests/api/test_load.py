@@ -11,7 +11,7 @@ import yaml
 
 from rljob.api import RLJobError, load_manifests, load_rljob, load_rljobs
 from rljob.api.kubeyaml import read_documents, resolve_plain
-from tests.api.cases import manifest
+from tests.api.manifests import manifest
 
 GOOD = yaml.safe_dump(manifest())
 

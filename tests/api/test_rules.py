@@ -8,7 +8,8 @@ from rljob_cli.main import main as cli_main
 
 from rljob.api import RLJobError, parse_rljob
 from rljob.api.rules import RULES, immutable_violations
-from tests.api.cases import RULE_CASES, manifest
+from tests.api.cases import RULE_CASES
+from tests.api.manifests import manifest
 
 
 @pytest.mark.parametrize(("case", "obj", "field"), RULE_CASES, ids=[c[0] for c in RULE_CASES])

@@ -29,7 +29,8 @@ from rljob.api import RLJobError, parse_rljob, tpu
 from rljob.api.crd import openapi_schema
 from rljob.api.rules import immutable_violations
 from rljob.api.spec import GROUP, PLURAL, VERSION, RLJobSpec
-from tests.api.cases import BASE, RULE_CASES, manifest
+from tests.api.cases import RULE_CASES
+from tests.api.manifests import BASE, manifest
 from tests.api.strategies import rljob_manifests
 from tests.e2e.kube import kubectl
 from tests.e2e.operator_proc import install_crd

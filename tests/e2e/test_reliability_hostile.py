@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.api.cases import merge
+from tests.api.manifests import merge
 from tests.e2e.hostile.cases import CREATE_CASES, UPDATE_CASES, Hostile, HostileUpdate
 from tests.e2e.kube import KubectlError, get, kubectl, kubectl_json, wait_for
 from tests.e2e.operator_proc import OperatorProcess, delete_rljobs, install_crd

@@ -2,7 +2,7 @@
 
 Kept as a Python table rather than YAML files because several cases are generated (100 kB strings, 65
 annotations) and each row says, next to the manifest, which field the apiserver must name. Every manifest
-is the valid base of ``tests/api/cases.py`` with one hostile edit, so the refusal is about that edit.
+is the valid base of ``tests/api/manifests.py`` with one hostile edit, so the refusal is about that edit.
 
 ``CREATE_CASES``: refused at creation. ``UPDATE_CASES``: valid on their own, refused as a change to an
 RLJob that is already running (the transition rules: every spec field but ``suspend`` is immutable).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tests.api.cases import BASE, DELETE, merge
+from tests.api.manifests import BASE, DELETE, merge
 
 
 @dataclass(frozen=True)
