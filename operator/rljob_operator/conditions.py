@@ -22,11 +22,6 @@ def find(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.get("type") == type_), None)
 
 
-def is_true(conditions: list[Condition], type_: str) -> bool:
-    c = find(conditions, type_)
-    return c is not None and c.get("status") == "True"
-
-
 def set_condition(
     conditions: list[Condition],
     type_: str,

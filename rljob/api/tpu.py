@@ -124,8 +124,3 @@ def machine_type(accelerator: str, topology: str, override: int | None = None) -
     """GKE machine type of the slice's hosts, e.g. ``ct5lp-hightpu-4t``."""
     gen = BY_ACCELERATOR[accelerator]
     return f"{gen.machine_prefix}-{chips_per_host(accelerator, topology, override)}t"
-
-
-def multi_host_topologies(accelerator: str) -> tuple[str, ...]:
-    """Topologies of this generation whose slices span several hosts at the default chips per host."""
-    return tuple(t for t in topologies(accelerator) if chips(t) > default_chips_per_host(t))

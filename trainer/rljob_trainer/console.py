@@ -40,12 +40,6 @@ class CompileWatch:
         jax.monitoring.register_scalar_listener(self._scalar)
         jax.monitoring.register_event_duration_secs_listener(self._duration)
 
-    def unwatch(self) -> None:
-        import jax.monitoring
-
-        jax.monitoring.unregister_scalar_listener(self._scalar)
-        jax.monitoring.unregister_event_duration_listener(self._duration)
-
     def _scalar(self, event: str, value: float, **_: object) -> None:
         if event == COMPILE_EVENT:
             with self._lock:

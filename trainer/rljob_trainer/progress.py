@@ -146,10 +146,6 @@ class StepRecorder:
             if self._current is not None:
                 self._current.seeds.append(int(seed))
 
-    @property
-    def current_step(self) -> int | None:
-        return None if self._current is None else self._current.step
-
     def finish(self) -> StepReport | None:
         """Close the running step, if any, and run every callback on its report."""
         with self._lock:

@@ -21,8 +21,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rljob.api import RLJobError
+
+if TYPE_CHECKING:
+    from google.cloud import storage
 
 HF = "hf://"
 GS = "gs://"
@@ -114,8 +118,9 @@ def _fetch_hub(ref: HubRef, uri: str, field: str, files: tuple[str, ...] | None)
         raise SourceUnavailable(f"{field}: cannot download {uri}: {_first_line(exc)}") from None
 
 
-def storage_client():  # type: ignore[no-untyped-def]
-    """A google-cloud-storage client; anonymous against an emulator (STORAGE_EMULATOR_HOST)."""
+def storage_client() -> storage.Client:
+    """A google-cloud-storage client; anonymous against an emulator (STORAGE_EMULATOR_HOST). Imported here,
+    not at the top, so a run without gs:// paths never loads google-cloud-storage."""
     from google.cloud import storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
