@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.kube import kubectl
+from tests.e2e.kube import fresh_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 HACK = REPO / "hack" / "cluster"
@@ -87,9 +86,5 @@ def cluster() -> Iterator[Cluster]:
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     # Named after the test so leftovers (RLJOB_KEEP_CLUSTER=1) are easy to trace.
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")
-    name = f"{base[:50].rstrip('-')}-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    try:
+    with fresh_namespace(base[:50].rstrip("-")) as name:
         yield name
-    finally:
-        kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)

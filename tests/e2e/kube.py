@@ -7,10 +7,12 @@ KUBECONFIG. Output is parsed from JSON, so assertions see real API objects.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import yaml
@@ -37,6 +39,18 @@ def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: f
     if check and proc.returncode != 0:
         raise KubectlError(args, proc.returncode, proc.stdout, proc.stderr)
     return proc.stdout
+
+
+@contextlib.contextmanager
+def fresh_namespace(prefix: str) -> Iterator[str]:
+    """A new namespace ``<prefix>-<6 hex>``, deleted on exit without waiting: tests share one cluster, so
+    each works in its own namespace and a test's leftovers never meet another's."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def kubectl_json(*args: str, input: str | None = None) -> Any:

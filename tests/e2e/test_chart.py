@@ -23,7 +23,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.kube import KubectlError, create, get, kubectl, kubectl_json, list_items, wait_for
+from tests.e2e.kube import (
+    KubectlError,
+    create,
+    fresh_namespace,
+    get,
+    kubectl,
+    kubectl_json,
+    list_items,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -142,12 +151,8 @@ class LocalOperator:
 def jobs_namespace(cluster: Any) -> Iterator[str]:
     """Where the RLJob runs: trainer pods use the host network, which `restricted` (rightly) refuses, so
     they cannot share the operator's namespace."""
-    name = f"chart-jobs-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    try:
+    with fresh_namespace("chart-jobs") as name:
         yield name
-    finally:
-        kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def _instance_objects(release: str, namespace: str) -> list[str]:

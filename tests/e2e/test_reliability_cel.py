@@ -32,7 +32,7 @@ from rljob.api.spec import GROUP, PLURAL, VERSION, RLJobSpec
 from tests.api.cases import RULE_CASES
 from tests.api.manifests import BASE, manifest
 from tests.api.strategies import rljob_manifests
-from tests.e2e.kube import kubectl
+from tests.e2e.kube import fresh_namespace
 from tests.e2e.operator_proc import install_crd
 
 pytestmark = pytest.mark.cluster
@@ -57,12 +57,8 @@ def api(cluster: Any) -> Iterator[client.CustomObjectsApi]:
 def namespace(cluster: Any) -> Iterator[str]:
     """One namespace for the whole module (dry runs store nothing; a namespace per case would cost more
     than the cases). No operator watches it."""
-    name = f"test-reliability-cel-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    try:
+    with fresh_namespace("test-reliability-cel") as name:
         yield name
-    finally:
-        kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def server_verdict(api: client.CustomObjectsApi, ns: str, obj: dict[str, Any]) -> str | None:

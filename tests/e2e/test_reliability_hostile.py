@@ -8,7 +8,6 @@ are refused the same way and leave its JobSet as it was.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,7 @@ import yaml
 
 from tests.api.manifests import merge
 from tests.e2e.hostile.cases import CREATE_CASES, UPDATE_CASES, Hostile, HostileUpdate
-from tests.e2e.kube import KubectlError, get, kubectl, kubectl_json, wait_for
+from tests.e2e.kube import KubectlError, fresh_namespace, get, kubectl, kubectl_json, wait_for
 from tests.e2e.operator_proc import OperatorProcess, delete_rljobs, install_crd
 
 pytestmark = pytest.mark.cluster
@@ -28,17 +27,15 @@ def hostile(cluster: Any) -> Iterator[tuple[str, OperatorProcess]]:
     """One namespace for all cases (a namespace per case would cost more than the cases), watched by an
     operator of its own."""
     install_crd()
-    ns = f"test-reliability-hostile-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", ns)
-    op = OperatorProcess(cluster.logs, [ns], identity="hostile")
-    op.start()
-    try:
-        yield ns, op
-    finally:
-        print("---- operator log ----\n" + op.tail())
-        op.stop()
-        delete_rljobs(ns)
-        kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+    with fresh_namespace("test-reliability-hostile") as ns:
+        op = OperatorProcess(cluster.logs, [ns], identity="hostile")
+        op.start()
+        try:
+            yield ns, op
+        finally:
+            print("---- operator log ----\n" + op.tail())
+            op.stop()
+            delete_rljobs(ns)
 
 
 def apply(obj: dict[str, Any], ns: str) -> str:
