@@ -26,6 +26,7 @@ from rljob_operator.names import LABEL_NAME
 from rljob_operator.status import compute_status
 
 from rljob.api import parse_rljob
+from tests import procs
 from tests.e2e.kube import kubectl, kubectl_json, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,13 +150,7 @@ class OperatorProcess:
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM (kopf stops gracefully; cProfile writes its file), SIGKILL if it hangs."""
-        if self.running:
-            assert self.proc is not None
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        procs.stop(self.proc, timeout)
 
     def kill(self) -> None:
         """``kill -9``: no cleanup of any kind, as when a node dies or the OOM killer strikes."""

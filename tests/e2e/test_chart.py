@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import procs
 from tests.e2e.kube import (
     KubectlError,
     create,
@@ -133,13 +134,7 @@ class LocalOperator:
             return r.status == 200
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procs.stop(self.proc, timeout=30)
 
     def tail(self, lines: int = 60) -> str:
         if not self.log.exists():

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from tests import procs
+
 T = TypeVar("T")
 
 
@@ -108,11 +110,5 @@ class Prometheus:
             time.sleep(every)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        procs.stop(self.proc, timeout=20)
         self._log.close()

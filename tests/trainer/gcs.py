@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "hack" / "cluster" / "build.sh"
 
@@ -76,13 +78,7 @@ class GcsServer:
         return f"gs://{bucket}/{name}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procs.stop(self.proc, timeout=10)
 
 
 @pytest.fixture
