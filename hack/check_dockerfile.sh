@@ -12,9 +12,13 @@
 # without TPUs. The image build uses JAX_VARIANT=tpu; the only difference is jax vs jax[tpu] at the same
 # pin. tini (apt) is not replayed: the ENTRYPOINT is run without its `tini --` prefix.
 #
-# Usage: hack/check_dockerfile.sh [operator] [trainer]     (default: both)
+# Each target's venv uses the Python of its base image (python:3.11-... -> python3.11; the MaxText target's
+# python:3.12-... -> python3.12 on PATH, else pyenv's 3.12), so the replay resolves for the same interpreter.
+#
+# Usage: hack/check_dockerfile.sh [operator] [trainer] [trainer-maxtext]   (default: operator trainer)
 # Env:   RLJOB_DOCKERCHECK_DIR  work folder (default: a new one under /tmp, removed at the end)
-#        PYTHON3                interpreter for the venvs (default: python3.11, else python3)
+#        PYTHON3                interpreter for hadolint and the Dockerfile parser (default: python3.11,
+#                               else python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -70,11 +74,14 @@ for raw in open("Dockerfile"):
     lines.append(buf + line)
     buf = ""
 
-stages, order, current = {}, [], None
+stages, order, current, args = {}, [], None, {}
 for line in lines:
     word, _, rest = line.strip().partition(" ")
     word = word.upper()
-    if word == "FROM":
+    if word == "ARG" and current is None and "=" in rest:  # global ARGs: defaults of FROM images
+        key, _, value = rest.strip().partition("=")
+        args[key] = value
+    elif word == "FROM":
         m = re.match(r"(\S+)(?:\s+AS\s+(\S+))?", rest.strip(), re.I)
         current = m.group(2) or f"stage{len(order)}"
         stages[current] = {"parent": m.group(1), "steps": []}
@@ -89,12 +96,13 @@ name = target
 while name in stages:
     chain.insert(0, name)
     name = stages[name]["parent"]
+print("IMAGE", re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), name))
 for name in chain:
     for word, rest in stages[name]["steps"]:
         if word == "RUN":
             print("RUN", rest)
         elif word == "COPY":
-            *srcs, dst = shlex.split(rest)
+            *srcs, dst = [a for a in shlex.split(rest) if not a.startswith("--")]  # --chown, --from
             for src in srcs:
                 print("COPY", src, dst)
         elif word == "ENTRYPOINT":
@@ -107,6 +115,19 @@ for name in chain:
 EOF
 }
 
+# python_for X.Y -> an interpreter of that version: pythonX.Y on PATH, else pyenv's.
+python_for() {
+  local candidate
+  for candidate in "$(command -v "python$1" || true)" \
+    "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/"$1".*/bin/python"$1"; do
+    if [[ -n "${candidate}" && -x "${candidate}" ]] && "${candidate}" -c '' 2>/dev/null; then
+      echo "${candidate}"
+      return 0
+    fi
+  done
+  return 1
+}
+
 # --- 3. replay each target --------------------------------------------------------------------------
 check_target() {
   local target=$1 ctx venv plan entry
@@ -116,6 +137,12 @@ check_target() {
   plan=$(dockerfile_plan "${target}")
   log "${target}: plan from the Dockerfile:"
   sed 's/^/    /' <<<"${plan}" >&2
+  local image version python
+  image=$(sed -n 's/^IMAGE //p' <<<"${plan}")
+  version=$(sed -nE 's/^python:([0-9]+\.[0-9]+).*/\1/p' <<<"${image}")
+  [[ -n "${version}" ]] || die "${target}: base image ${image} is not a python:X.Y image"
+  python=$(python_for "${version}") || die "${target}: no Python ${version} here for base image ${image}"
+  log "${target}: base image ${image} -> ${python}"
 
   # 2. Python packages are installed only through hack/install.sh.
   if grep -E '^RUN .*(pip|uv) +install' <<<"${plan}" | grep -qv 'hack/install.sh'; then
@@ -124,7 +151,7 @@ check_target() {
   grep -q '^RUN .*hack/install.sh deps' <<<"${plan}" || die "${target}: no 'hack/install.sh deps' step"
   grep -q '^RUN .*hack/install.sh project' <<<"${plan}" || die "${target}: no 'hack/install.sh project' step"
 
-  "${PYTHON3}" -m venv "${venv}"
+  "${python}" -m venv "${venv}"
   "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 
   local kind rest src dst

@@ -1,14 +1,18 @@
 """The Dockerfile without a Docker engine: hadolint, and hack/check_dockerfile.sh replaying its install
-steps in a fresh venv (needs PyPI; the operator target takes about a minute, the trainer several, so the
-trainer runs only with RLJOB_CHECK_TRAINER_IMAGE=1)."""
+steps in a fresh venv (needs PyPI; the operator target takes about a minute, the trainers several, so they
+run only with RLJOB_CHECK_TRAINER_IMAGE=1). The MaxText trainer's pins (hack/maxtext-constraints.txt) are
+checked against the maxtext extra here; against .venv-maxtext in tests/maxtext_backend/test_environment.py."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 
 import pytest
+from packaging.requirements import Requirement
 
 from tests.chart.helm import REPO
 
@@ -37,13 +41,71 @@ def test_install_steps_go_through_install_sh() -> None:
             pytest.fail(f"Dockerfile installs Python packages outside hack/install.sh: {line.strip()}")
     assert "hack/install.sh deps operator" in text
     assert "hack/install.sh deps trainer" in text
-    assert text.count("hack/install.sh project") == 2
+    assert "hack/install.sh deps maxtext" in text
+    assert text.count("hack/install.sh project") == 3
+
+
+def stages() -> dict[str, tuple[str, list[str]]]:
+    """Dockerfile stage name -> (FROM image, its instructions as written, comments left out)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    current: list[str] = []
+    for line in (REPO / "Dockerfile").read_text().splitlines():
+        found = re.match(r"FROM\s+(\S+)\s+AS\s+(\S+)", line)
+        if found:
+            current = []
+            out[found.group(2)] = (found.group(1), current)
+        elif line.strip() and not line.lstrip().startswith("#") and out:
+            current.append(line)
+    return out
+
+
+def test_maxtext_base_is_the_base_on_python_312() -> None:
+    """The MaxText image repeats the base stage (tini, venv, uid 10001) on another interpreter: same steps."""
+    found = stages()
+    assert found["maxtext-base"][0] == "${MAXTEXT_PYTHON_IMAGE}"
+    assert "ARG MAXTEXT_PYTHON_IMAGE=python:3.12-slim-bookworm" in (REPO / "Dockerfile").read_text()
+    assert found["maxtext-base"][1] == found["base"][1]
+    assert found["trainer-maxtext-deps"][0] == "maxtext-base"
+    assert found["trainer-maxtext"][0] == "trainer-maxtext-deps"
+    assert found["trainer-maxtext"][1] == found["trainer"][1]  # same layout, user, ENTRYPOINT and CMD
+
+
+def constraints() -> dict[str, str]:
+    """hack/maxtext-constraints.txt as {normalised name: pinned version}."""
+    pins = {}
+    for line in (REPO / "hack" / "maxtext-constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version.strip()
+    return pins
+
+
+def test_maxtext_constraints_pin_the_extra() -> None:
+    """Every requirement of the maxtext extra is pinned in the constraints file, at a version it allows (a
+    changed extra without regenerated pins fails here), and the TPU variant's libtpu is pinned too."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    pins = constraints()
+    for line in [*project["dependencies"], *project["optional-dependencies"]["maxtext"]]:
+        req = Requirement(line)
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert name in pins, f"{line}: not pinned in hack/maxtext-constraints.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{line}: pinned {pins[name]}"
+    assert "libtpu" in pins
+
+
+def test_both_maxtext_installs_read_the_constraints() -> None:
+    venv = (REPO / "hack" / "venv-maxtext.sh").read_text()
+    install = (REPO / "hack" / "install.sh").read_text()
+    assert "RLJOB_CONSTRAINTS=hack/maxtext-constraints.txt" in venv
+    assert "MAXTEXT_CONSTRAINTS=hack/maxtext-constraints.txt" in install
+    assert '[[ "$2" != maxtext ]] || constraints=(--constraint "${MAXTEXT_CONSTRAINTS}")' in install
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["operator", "trainer"])
+@pytest.mark.parametrize("target", ["operator", "trainer", "trainer-maxtext"])
 def test_check_dockerfile_replays_target(target: str) -> None:
-    if target == "trainer" and os.environ.get("RLJOB_CHECK_TRAINER_IMAGE") != "1":
+    if target != "operator" and os.environ.get("RLJOB_CHECK_TRAINER_IMAGE") != "1":
         pytest.skip("set RLJOB_CHECK_TRAINER_IMAGE=1 (installs JAX and Tunix into a fresh venv: minutes)")
     proc = subprocess.run(
         [str(SCRIPT), target], cwd=REPO, capture_output=True, text=True, timeout=1800, check=False

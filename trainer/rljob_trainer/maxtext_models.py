@@ -23,7 +23,7 @@ from typing import Any
 
 from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
-from rljob_trainer import task
+from rljob_trainer import sources, task
 
 # The tiny demo decoder (2 layers, dim 64, 4 heads x 16, 2 KV heads, vocab 256, float32), as MaxText
 # overrides of the named model's architecture. The named model still picks the decoder block (qwen3,
@@ -139,9 +139,13 @@ def make_mesh(config: Any) -> Any:
 def build_model(config: Any, mesh: Any, pad_id: int) -> Any:
     """A MaxText decoder wrapped in ``TunixMaxTextAdapter``: random from ``init_weights_seed``, or the
     parameters at ``load_parameters_path``. Same config twice gives identical weights (reference model).
+    MaxText reads a ``gs://`` path itself through Orbax (gcsfs + TensorStore); against a GCS emulator
+    TensorStore must be pointed at it, as for rljob's own checkpoints (without: the read hangs retrying).
     """
     from maxtext.utils import model_creation_utils
 
+    if sources.kind(str(config.load_parameters_path or "")) == "gs":
+        sources.point_tensorstore_at_emulator()
     return model_creation_utils.from_pretrained(
         config, mesh=mesh, wrap_with_tunix_adapter=True, tokenizer_pad_id=pad_id
     )
