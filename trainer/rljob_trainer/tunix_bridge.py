@@ -94,11 +94,12 @@ def optimizer(spec: RLJobSpec) -> optax.GradientTransformation:
 
 
 def rollout_config(
-    spec: RLJobSpec, tokenizer: Any, checkpoint_dir: Path | None = None
+    spec: RLJobSpec, tokenizer: Any, checkpoint_dir: Path | None = None, actor: Any = None
 ) -> base_rollout.RolloutConfig:
     """Sampling settings. The pad id joins the EOS ids: a sampled pad would otherwise punch a hole in the
     completion mask. The seed is set per generate call (see ``_Instrumented``). ``checkpoint_dir``: the
-    local copy of spec.model.checkpointPath (what vLLM reads its config from)."""
+    local copy of spec.model.checkpointPath (what vLLM reads its config from). ``actor``: for a MaxText
+    model with the vLLM engine, whose weight-sync mappings vLLM gets (``maxtext_vllm``)."""
     n = lengths(spec)
     adapter = tokenizer_adapter.TokenizerAdapter(tokenizer)
     pad, eos = int(adapter.pad_id()), int(adapter.eos_id())
@@ -122,6 +123,10 @@ def rollout_config(
             rollout_vllm_init_with_random_weights=True,  # weights come from the trainer's sync
             rollout_vllm_tpu_backend_type="jax",
         )
+        if spec.model.backend == "maxtext":
+            from rljob_trainer import maxtext_vllm
+
+            fields["rollout_mapping_config"] = maxtext_vllm.mapping_config(actor)
     return base_rollout.RolloutConfig(**fields)
 
 
@@ -159,6 +164,7 @@ def cluster_config(
     tokenizer: Any,
     checkpoint_dir: Path | None = None,
     axis_rules: Any = None,
+    actor: Any = None,
 ) -> rl_cluster_lib.ClusterConfig:
     """Colocated: actor, reference and rollout share one mesh (and, for vanilla, one set of weights).
     ``axis_rules``: logical -> mesh axis rules of models annotated with logical axes (MaxText's)."""
@@ -168,7 +174,7 @@ def cluster_config(
         rollout_engine=rollout_engine(spec),
         offload_to_cpu=False,
         training_config=training_config(spec, data_axes(mesh)),
-        rollout_config=rollout_config(spec, tokenizer, checkpoint_dir),
+        rollout_config=rollout_config(spec, tokenizer, checkpoint_dir, actor),
     )
 
 
@@ -353,7 +359,7 @@ def build(
         actor=actor,
         reference=reference,
         tokenizer=tokenizer,
-        cluster_config=cluster_config(spec, mesh, tokenizer, checkpoint_dir, axis_rules),
+        cluster_config=cluster_config(spec, mesh, tokenizer, checkpoint_dir, axis_rules, actor),
     )
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
