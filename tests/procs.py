@@ -1,8 +1,18 @@
-"""Stopping the helper processes tests start (the operator, Prometheus, fake-gcs-server)."""
+"""The helper processes tests start (the operator, trainers, Prometheus, fake-gcs-server): a free port for
+each, and stopping them."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now: tests run side by side on one machine (and several engineers'
+    suites on one host), so every server a test starts gets its own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def stop(proc: subprocess.Popen | None, timeout: float) -> None:

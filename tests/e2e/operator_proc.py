@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,12 +31,6 @@ from tests.e2e.kube import kubectl, kubectl_json, wait_for
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "rljob.dev_rljobs.yaml"
 PEERING_CRDS = REPO / "charts" / "rljob" / "crds" / "kopf.dev_peerings.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def install_crd() -> None:
@@ -93,8 +86,8 @@ class OperatorProcess:
         self.entry = tuple(entry)  # how python starts the operator: a module, or `-c CODE` for experiments
         self.proc: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []  # one per start, oldest first
-        self.metrics_port = free_port()
-        self.liveness_port = free_port()
+        self.metrics_port = procs.free_port()
+        self.liveness_port = procs.free_port()
 
     # --- lifecycle -------------------------------------------------------------------------------------
 

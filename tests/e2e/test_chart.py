@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -44,12 +43,6 @@ EXAMPLE = REPO / "examples" / "rljob-v5e.yaml"
 # resource ...'). Not any 403: the operator watches all namespaces, and an Event it posts into another
 # test's namespace while that one terminates is refused with 403 too (that failed this test once).
 RBAC_REFUSED = re.compile(r'forbidden: User "[^"]*" cannot')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def helm(*args: str, timeout: float = 300) -> str:
@@ -97,7 +90,7 @@ class LocalOperator:
     """`python -m rljob_operator` with the Deployment's arguments, as the chart's ServiceAccount."""
 
     def __init__(self, deployment_args: list[str], kubeconfig: Path, log: Path) -> None:
-        self.health_port, self.metrics_port = _free_port(), _free_port()
+        self.health_port, self.metrics_port = procs.free_port(), procs.free_port()
         self.args = [self._local(a) for a in deployment_args] + ["--metrics-addr=127.0.0.1"]
         self.kubeconfig = kubeconfig
         self.log = log

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import procs
 from tests.e2e.kube import get, kubectl, list_items, wait_for
 from tests.e2e.operator_proc import OperatorProcess, install_crd
 from tests.observability import runs
@@ -78,7 +79,7 @@ def node(cluster: Any) -> Iterator[str]:
 def test_progress_kubectl_get_rlj_shows_step_and_reward_moving(
     namespace: str, operator: OperatorProcess, node: str, tmp_path: Any
 ) -> None:
-    name, port = "progress", runs.free_port()
+    name, port = "progress", procs.free_port()
     job = runs.manifest(name, 400, port=port)
     job["spec"]["tpu"] = dict(TPU)
     job["spec"]["podAnnotations"] = {"kwok.rljob.dev/run-forever": "true"}

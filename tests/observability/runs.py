@@ -10,7 +10,6 @@ executables, so determinism is unaffected.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -89,12 +88,6 @@ def run(config: Path, *args: str, timeout: float = 240, **extra_env: str) -> tup
     p = start(config, *args, **extra_env)
     out, _ = p.communicate(timeout=timeout)
     return p.returncode, out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int, timeout: float = 2.0) -> dict[tuple[str, frozenset], float] | None:

@@ -14,6 +14,7 @@ from rljob_trainer import metrics as m
 from rljob_trainer.progress import StepRecorder, StepReport
 
 from rljob.api import parse_rljob
+from tests import procs
 from tests.observability import runs
 from tests.observability.runs import value
 
@@ -174,7 +175,7 @@ def test_a_fresh_process_counts_startup() -> None:
 
 
 def test_start_serves_http_and_close_servers_stops_it() -> None:
-    port = runs.free_port()
+    port = procs.free_port()
     doc = runs.manifest("served", 5, port=port, baseline=7.0)
     doc["spec"]["metrics"].update(stallThresholdSeconds=60, firstStepGraceSeconds=90)
     job = parse_rljob(doc, "test")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.observability import runs
 from tests.observability.runs import value
 
@@ -22,7 +23,7 @@ BASELINE = 2.5
 
 @pytest.mark.slow
 def test_metrics_during_and_after_a_real_run(tmp_path: Path) -> None:
-    port = runs.free_port()
+    port = procs.free_port()
     config = runs.write(
         tmp_path / "rljob.yaml", runs.manifest("metrics-e2e", STEPS, port=port, baseline=BASELINE)
     )

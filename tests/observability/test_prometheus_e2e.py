@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.observability import runs
 from tests.observability.conftest import RULES
 from tests.observability.prom import Prometheus
@@ -41,7 +42,7 @@ def _mine(alerts: list[dict]) -> list[dict]:
 @pytest.fixture
 def trainer_run(tmp_path: Path):
     """The job manifest, the trainer process (started by the test) and its log; the process is ended."""
-    port = runs.free_port()
+    port = procs.free_port()
     doc = runs.manifest(NAME, STEPS, port=port, baseline=BASELINE)
     doc["spec"]["metrics"].update(stallThresholdSeconds=STALL_SECONDS, firstStepGraceSeconds=900)
     config = runs.write(tmp_path / "job.yaml", doc)
@@ -60,7 +61,7 @@ def test_regression_and_stall_fire_and_the_stall_resolves(
     prom = Prometheus(
         prometheus_bin,
         tmp_path,
-        runs.free_port(),
+        procs.free_port(),
         targets=[f"127.0.0.1:{trainer_run['port']}"],
         rule_files=[RULES],
         labels={"namespace": NAMESPACE},

@@ -9,7 +9,6 @@ client, and this module's uploads) at it; it keeps objects in memory and is stop
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -39,12 +38,6 @@ def binary() -> Path:
     if not path.exists():
         subprocess.run([str(BUILD), "--fake-gcs-server"], check=True)
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -85,7 +78,7 @@ class GcsServer:
 def gcs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[GcsServer]:
     """fake-gcs-server on a free loopback port (http, in-memory), with the GCS client pointed at it and the
     trainer's bucket cache in ``tmp_path``; stopped after the test."""
-    port = _free_port()
+    port = procs.free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "fake-gcs-server.log").open("wb")
     proc = subprocess.Popen(

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import procs
 from tests.observability import runs
 
 STEPS = 30
@@ -39,7 +40,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("reference")
     config = runs.write(
         tmp / "rljob.yaml",
-        runs.manifest("ref", STEPS, ckpt_dir=tmp / "ckpt", interval=INTERVAL, port=runs.free_port()),
+        runs.manifest("ref", STEPS, ckpt_dir=tmp / "ckpt", interval=INTERVAL, port=procs.free_port()),
     )
     rc, out = runs.run(config, "--log-every", "1")
     assert rc == 0, out
@@ -52,7 +53,7 @@ def _interrupt(tmp: Path, after_step: int, sig: int) -> tuple[Path, Path, int, s
     ckpt = tmp / "ckpt"
     config = runs.write(
         tmp / "rljob.yaml",
-        runs.manifest("ref", STEPS, ckpt_dir=ckpt, interval=INTERVAL, port=runs.free_port()),
+        runs.manifest("ref", STEPS, ckpt_dir=ckpt, interval=INTERVAL, port=procs.free_port()),
     )
     proc = runs.start(config)
     lines: list[str] = []

@@ -12,6 +12,7 @@ from rljob_trainer import distributed
 
 from tests.observability import runs
 from tests.observability.runs import value
+from tests.procs import free_port
 
 
 def test_mode_from_environment() -> None:
@@ -47,12 +48,12 @@ def test_single_process_any_process_is_the_local_flag() -> None:
 @pytest.mark.slow
 def test_two_processes_on_loopback_train_and_both_export_metrics(tmp_path: Path) -> None:
     steps = 1
-    ports = [runs.free_port(), runs.free_port()]
+    ports = [free_port(), free_port()]
     config = runs.write(
         tmp_path / "rljob.yaml",
         runs.manifest("two-hosts", steps, ckpt_dir=tmp_path / "ckpt", interval=1, port=ports[0]),
     )
-    coordinator = f"127.0.0.1:{runs.free_port()}"
+    coordinator = f"127.0.0.1:{free_port()}"
     procs = [
         runs.start(
             config,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests import procs
 from tests.observability import runs
 from tests.trainer import hf_checkpoint
 from tests.trainer.gcs import GcsServer
@@ -53,7 +54,7 @@ def manifest(name: str, checkpoint: str, data: Path) -> dict[str, Any]:
                 "learningRate": 0.01,
             },
             "checkpoint": {"directory": f"gs://ckpt/{name}", "interval": 4},
-            "metrics": {"port": runs.free_port()},
+            "metrics": {"port": procs.free_port()},
         },
     }
 

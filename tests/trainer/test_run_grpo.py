@@ -6,7 +6,6 @@ Each run is a few dozen steps (~20-50 s on 2 busy cores, most of it JIT compilat
 from __future__ import annotations
 
 import copy
-import socket
 from typing import Any
 
 import jax
@@ -18,6 +17,7 @@ from rljob_trainer import tunix_bridge
 
 from rljob.api import parse_rljob
 from rljob.api.spec import RLJob
+from tests import procs
 from tests.trainer.manifests import tiny_rljob
 
 pytestmark = pytest.mark.slow
@@ -29,18 +29,11 @@ BASE = tiny_rljob(
 )
 
 
-def free_port() -> int:
-    """Every in-process run serves /metrics (issue 6); give each its own port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def job(packing: int = 0, **grpo: Any) -> RLJob:
     doc = copy.deepcopy(BASE)
     doc["spec"]["grpo"].update(grpo)
     doc["spec"]["packing"] = {"maxSeqTokenPerTpu": packing}
-    doc["spec"]["metrics"] = {"port": free_port()}
+    doc["spec"]["metrics"] = {"port": procs.free_port()}
     return parse_rljob(doc)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rljob_trainer import distributed
 
+from tests import procs
 from tests.observability import runs
 
 
@@ -26,7 +27,7 @@ def test_process_count_matches_slices_times_hosts() -> None:
 
 def test_sigterm_while_waiting_for_the_other_hosts_exits_at_once(tmp_path: Path) -> None:
     config = runs.write(tmp_path / "rljob.yaml", runs.manifest("starting", 1))
-    nobody = f"127.0.0.1:{runs.free_port()}"  # process 0's coordinator never comes up
+    nobody = f"127.0.0.1:{procs.free_port()}"  # process 0's coordinator never comes up
     proc = runs.start(config, RLJOB_COORDINATOR=nobody, RLJOB_NUM_PROCESSES="2", RLJOB_PROCESS_ID="1")
     lines: list[str] = []
     try:
@@ -50,7 +51,7 @@ def test_process_count_differing_from_the_slice_shape_exits_2(tmp_path: Path) ->
     config = runs.write(tmp_path / "rljob.yaml", runs.manifest("alone", 1))
     code, out = runs.run(
         config,
-        RLJOB_COORDINATOR=f"127.0.0.1:{runs.free_port()}",
+        RLJOB_COORDINATOR=f"127.0.0.1:{procs.free_port()}",
         RLJOB_NUM_PROCESSES="1",
         RLJOB_PROCESS_ID="0",
         RLJOB_NUM_SLICES="2",
