@@ -10,11 +10,28 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from rljob_trainer.packing import loss as loss_module
 from rljob_trainer.packing.example import pack_train_example, plan_layout
-from rljob_trainer.packing.head import chunked_token_logps, head_weight
+from rljob_trainer.packing.head import (
+    CHUNK_ABOVE_VOCAB,
+    CHUNK_TOKENS,
+    auto_vocab_chunk,
+    chunked_token_logps,
+    head_weight,
+)
+from rljob_trainer.packing.learner import PackedGRPOLearner
 from rljob_trainer.packing.logps import packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
-from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
+from rljob_trainer.packing.testing import (
+    EOS_ID,
+    PAD_ID,
+    VOCAB,
+    grpo_config,
+    length_reward,
+    random_train_example,
+    tiny_cluster,
+    tiny_model,
+)
 from tunix.rl import common
 from tunix.rl.algo_core import grpo_loss_fn
 
@@ -103,3 +120,50 @@ def test_head_weight_is_what_the_model_multiplies_by():
         tied = overrides.get("use_tied_embedding", True)
         want = model.embedder.decode(x) if tied else model.lm_head(x)
         assert np.abs(np.asarray(x[0, 0] @ head_weight(model).T - want[0, 0])).max() < 1e-5
+
+
+def test_auto_vocab_chunk():
+    big = CHUNK_ABOVE_VOCAB + 1
+    assert auto_vocab_chunk("qwen3", 151936, "blocked") == CHUNK_TOKENS == 256
+    assert auto_vocab_chunk("llama3", big, "dense") == CHUNK_TOKENS
+    assert auto_vocab_chunk("qwen3", CHUNK_ABOVE_VOCAB, "blocked") == 0  # small vocabulary: whole head
+    assert auto_vocab_chunk("qwen2", big, "splash") == 0  # Tunix's splash call applies its own head
+    assert auto_vocab_chunk("gemma3", big, "dense") == 0  # no forward that stops at the final norm
+    assert auto_vocab_chunk("maxtext", big, "segments") == 0
+
+
+def test_trainer_learner_chunks_a_large_vocabulary(monkeypatch):
+    """The trainer builds ``PackedGRPOLearner`` without ``vocab_chunk``: the learner picks it from the
+    actor model, and its train loss fn and reference/old passes run the chunked head; a small
+    vocabulary keeps the whole head. Values stay Tunix's."""
+    chunks = []
+    real = loss_module.chunked_token_logps
+
+    def spy(*args, **kwargs):
+        chunks.append(kwargs["chunk"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loss_module, "chunked_token_logps", spy)
+    ex = random_train_example(PROMPTS[:4], COMPLETIONS[:4], max_prompt=MAX_P, max_completion=MAX_C, seed=1)
+    for vocab, want in ((CHUNK_ABOVE_VOCAB + 1, CHUNK_TOKENS), (VOCAB, 0)):
+        cluster = tiny_cluster("qwen3", max_prompt=MAX_P, max_completion=MAX_C, vocab_size=vocab)
+        tunix_old = cluster.get_old_per_token_logps
+        learner = PackedGRPOLearner(
+            rl_cluster=cluster,
+            algo_config=grpo_config(),
+            reward_fns=[length_reward],
+            row_tokens=ROW,
+            attention_block=BLOCK,
+        )
+        assert learner.vocab_chunk == want
+        chunks.clear()
+        old = np.asarray(cluster.get_old_per_token_logps(ex.prompt_ids, ex.completion_ids))
+        packed, _ = learner.pack(ex)
+        trainer = cluster.actor_trainer
+        loss, _ = trainer.loss_fn(trainer.model, packed, grpo_config())
+        assert chunks == ([want, want] if want else [])  # the old-policy pass, then the train loss
+        mask = np.asarray(ex.completion_mask)
+        want_old = np.asarray(tunix_old(ex.prompt_ids, ex.completion_ids))
+        assert np.abs(np.where(mask, old - want_old, 0.0)).max() < 1e-5
+        want_loss = grpo_loss_fn(trainer.model, ex, grpo_config(), pad_id=PAD_ID, eos_id=EOS_ID)[0]
+        assert abs(float(loss) - float(want_loss)) < 1e-5

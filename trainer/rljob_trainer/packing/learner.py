@@ -32,8 +32,9 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import vanilla_rollout
 
-from rljob_trainer.packing.adapter import resolve_attention, splash_block
+from rljob_trainer.packing.adapter import family_of, resolve_attention, splash_block
 from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack_train_example, plan_layout
+from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
 from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError, ShapeCache
@@ -105,7 +106,9 @@ class PackedGRPOLearner(GRPOLearner):
       attention_block: preferred block size of the block-sparse attention.
       row_multiple: rows per micro-batch are a multiple of this (the data-parallel width).
       vocab_chunk: > 0 computes the per-token log-probs through the vocabulary head that many tokens
-        at a time (``head.chunked_token_logps``: exact, no ``[R, L, V]`` logits; blocked/dense only).
+        at a time (``head.chunked_token_logps``: exact, no ``[R, L, V]`` logits; blocked/dense only);
+        0 the whole head; None (the trainer's default) ``head.auto_vocab_chunk`` of the actor model's
+        family, vocabulary and the attention chosen here (256 above 32,768 words).
     """
 
     def __init__(
@@ -118,7 +121,7 @@ class PackedGRPOLearner(GRPOLearner):
         attention: str = "auto",
         attention_block: int = 128,
         row_multiple: int = 1,
-        vocab_chunk: int = 0,
+        vocab_chunk: int | None = None,
         metric_fns: Sequence[Any] | None = None,
         data_shuffle_seed: int | None = None,
     ):
@@ -157,14 +160,19 @@ class PackedGRPOLearner(GRPOLearner):
                     row_tokens,
                 )
                 self.attention = "dense"
+        if vocab_chunk is None:
+            model = rl_cluster.actor_trainer.model
+            vocab = getattr(getattr(model, "config", None), "vocab_size", 0)  # gemma3: num_embed
+            vocab_chunk = auto_vocab_chunk(family_of(model), vocab, self.attention)
+        if vocab_chunk and self.attention == "splash":
+            raise ValueError("a chunked vocabulary head needs blocked or dense packed attention, not splash")
         log.info(
-            "packing: rows of %d tokens, %s attention (block %d)",
+            "packing: rows of %d tokens, %s attention (block %d), vocabulary head in chunks of %s tokens",
             row_tokens,
             self.attention,
             self.attention_block,
+            vocab_chunk or "all",
         )
-        if vocab_chunk and self.attention == "splash":
-            raise ValueError("a chunked vocabulary head needs blocked or dense packed attention, not splash")
         self.vocab_chunk = vocab_chunk
         self.packing_stats = PackingStats()
         # One cache per run: micro-batches reuse compiled (rows, pairs) shapes instead of recompiling.

@@ -145,12 +145,14 @@ def tiny_cluster(
     optimizer: Any = None,
     seed: int = 0,
     max_steps: int = 100,
+    **model_overrides: Any,
 ) -> Any:
     """A Tunix ``RLCluster`` on CPU with a tiny model and the vanilla rollout (actor = rollout weights).
 
     Follows the recipe in ``shared/reference/packing.md``: a plain ``Mesh``, the pad id among the EOS
     ids, a fixed rollout seed. ``optimizer`` defaults to SGD so packed/unpacked parameter comparisons
-    are not distorted by Adam's normalisation of near-zero gradients.
+    are not distorted by Adam's normalisation of near-zero gradients. ``model_overrides`` go to
+    ``tiny_model`` (e.g. a larger ``vocab_size``).
     """
     import jax
     import optax
@@ -168,8 +170,8 @@ def tiny_cluster(
         nnx.update(model, jax.device_put(nnx.state(model), replicated))
         return model
 
-    actor = on_mesh(tiny_model(family, seed=seed))
-    reference = on_mesh(tiny_model(family, seed=seed)) if beta else None
+    actor = on_mesh(tiny_model(family, seed=seed, **model_overrides))
+    reference = on_mesh(tiny_model(family, seed=seed, **model_overrides)) if beta else None
     training = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=optimizer or optax.sgd(1e-2),
         eval_every_n_steps=1_000_000_000,
