@@ -10,6 +10,7 @@ collector has not removed yet).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -152,6 +153,11 @@ class Kube:
             return int((p.metadata.labels or {}).get(names.RESTART_ATTEMPT_LABEL, "0") or 0)
 
         return max(running, key=attempt).status.pod_ip
+
+
+def plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A kopf Body (or any mapping) as plain nested dicts."""
+    return {k: (plain(v) if isinstance(v, Mapping) else v) for k, v in body.items()}
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:

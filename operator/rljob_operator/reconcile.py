@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from rljob.api import RLJobError, parse_rljob
 from rljob.api.spec import KIND
 from rljob_operator import names
-from rljob_operator.kube import Kube, controller_uid
+from rljob_operator.kube import Kube, controller_uid, plain
 from rljob_operator.render import RenderOptions, render_objects
 from rljob_operator.slices import slice_shape
 from rljob_operator.status import (
@@ -42,11 +42,6 @@ def post_event(obj: Mapping[str, Any], event: Event) -> None:
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A kopf Body (or any mapping) as plain nested dicts."""
-    return {k: (_plain(v) if isinstance(v, Mapping) else v) for k, v in body.items()}
 
 
 def sync_status(
@@ -102,7 +97,7 @@ def ensure_children(
     ``resynced`` (created earlier; status refreshed), ``created`` or ``existed`` (an earlier attempt had
     created both).
     """
-    raw = _plain(body)
+    raw = plain(body)
     meta = raw["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
     status = raw.get("status") or {}
@@ -207,7 +202,7 @@ def on_jobset_event(
     kube: Kube, event_type: str | None, jobset: Mapping[str, Any], *, post: Post = post_event
 ) -> None:
     """A JobSet changed (or was deleted): mirror it into the RLJob that controls it."""
-    js = _plain(jobset)
+    js = plain(jobset)
     meta = js["metadata"]
     owner = next(
         (r for r in meta.get("ownerReferences") or [] if r.get("controller") and r.get("kind") == KIND), None

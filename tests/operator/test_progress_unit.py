@@ -7,8 +7,11 @@ from datetime import UTC, datetime
 import numpy as np
 from prometheus_client import generate_latest
 from rljob_operator import progress as p
+from rljob_operator.progress_refresh import write
 from rljob_trainer.metrics import TrainerMetrics
 from rljob_trainer.progress import StepReport
+
+from tests.operator.fakes import FakeKube
 
 NOW = datetime(2026, 12, 2, 20, 0, 0, tzinfo=UTC)
 
@@ -98,3 +101,18 @@ def test_duration_reads_like_kubectl() -> None:
     assert [p.duration(s) for s in (0, 59.6, 60, 754, 3600, 3725, 90000, 86400 * 3)] == [
         "0s", "1m", "1m", "12m34s", "1h", "1h2m", "1d1h", "3d",
     ]  # fmt: skip
+
+
+def test_write_uses_the_timers_body_first_and_rereads_only_after_a_conflict() -> None:
+    kube = FakeKube()
+    manifest = {"metadata": {"namespace": "ns", "name": "x"}, "status": {"phase": "Running"}}
+    body = kube.add_rljob(manifest)
+    gets: list[str] = []
+    get = kube.get_rljob
+    kube.get_rljob = lambda ns, name: gets.append(name) or get(ns, name)  # type: ignore[method-assign]
+    reading = p.parse(_text([(2.0, 0.5)]))
+    assert reading is not None
+    assert write(kube, "ns", "x", reading, "uid-1", current=body) and gets == []  # no GET before the write
+    assert kube.rljob_status("ns", "x")["progress"]["step"] == 1
+    kube.conflicts_to_inject = 1  # someone wrote in between: the body's resourceVersion is stale
+    assert write(kube, "ns", "x", reading, "uid-1", current=body) and gets == ["x"]
