@@ -3,6 +3,8 @@
     .venv/bin/python bench/burst.py                    # 200 RLJobs against the simulated cluster
     .venv/bin/python bench/burst.py --profile /tmp/op.prof   # the operator under cProfile
     .venv/bin/python bench/burst.py --record           # also append the result to docs/reliability.md
+    RLJOB_PROGRESS_INTERVAL_SECONDS=2 .venv/bin/python bench/burst.py --count 100 --running 100
+                                                       # the burst while 100 other RLJobs are Running
 
 Starts (or attaches to) the simulated cluster (hack/cluster/up.sh), runs the operator as a subprocess
 watching one fresh namespace, then creates the RLJobs from a thread pool through the Python client (so the
@@ -14,6 +16,11 @@ visible to watches from then on) to that event, all on this machine's monotonic 
 Reports p50/p99/max of apply -> JobSet and apply -> status, total time, and the operator's peak RSS
 (``VmHWM`` from /proc: the kernel's high-water mark, so no sampling can miss the peak). Goal on the CI-sized
 machine: p99 <= 2 s and RSS <= 200 MB (issue 8). Not a test: the numbers depend on the machine's load.
+
+``--running N`` first makes N other RLJobs reach phase Running (bench/burst_running.py: fake TPU nodes and
+fake trainer endpoints of this run only, removed afterwards), so the progress timer of each reads its host 0
+every ``RLJOB_PROGRESS_INTERVAL_SECONDS`` during the burst; it also reports the operator's CPU while only
+those run, its event loop's lag during the burst and how many /metrics reads the timers made.
 """
 
 from __future__ import annotations
@@ -37,25 +44,14 @@ sys.path[:0] = [str(REPO), str(REPO / "operator")]
 
 from kubernetes import client, config, watch  # noqa: E402
 
+from bench import burst_running  # noqa: E402
 from rljob.api.spec import GROUP, PLURAL, VERSION  # noqa: E402
 from tests.e2e.kube import kubectl  # noqa: E402
 from tests.e2e.operator_proc import OperatorProcess, install_crd  # noqa: E402
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 DOC = REPO / "docs" / "reliability.md"
-# `--max-workers N`: the operator with kopf's handler thread pool set to N threads (an experiment: the
-# default pool is min(32, cores + 4), 6 threads on the 2-core CI machine).
-MAX_WORKERS_ENTRY = """
-import sys
-import rljob_operator.settings as settings
-from rljob_operator.main import main
-apply = settings.apply_settings
-def with_workers(s, options):
-    apply(s, options)
-    s.execution.max_workers = {n}
-settings.apply_settings = with_workers
-sys.exit(main(sys.argv[1:]))
-"""
+PROGRESS_ENV = "RLJOB_PROGRESS_INTERVAL_SECONDS"
 MARKER = "<!-- burst results: bench/burst.py --record appends rows above this line -->"
 
 
@@ -153,6 +149,26 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def interval_text(result: dict[str, Any]) -> str:
+    return f"read every {result['progress_interval_s']:g} s" if result["progress_interval_s"] > 0 else "off"
+
+
+def running_note(result: dict[str, Any]) -> str:
+    """The --running figures and the loop lag for the table's note column ("" without them)."""
+    parts = []
+    if result["running"]:
+        parts.append(
+            f"{result['running']} Running RLJobs, progress {interval_text(result)}; "
+            f"operator CPU with only those {result['steady_cpu_pct']}% "
+            f"({result['steady_reads_per_s']} reads/s), {result['burst_reads']} reads during the burst"
+        )
+    if result.get("lag_p50_ms") is not None:
+        parts.append(
+            f"loop lag p50/p99/max {result['lag_p50_ms']}/{result['lag_p99_ms']}/{result['lag_max_ms']} ms"
+        )
+    return "; " + "; ".join(parts) if parts else ""
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--count", type=int, default=200)
@@ -162,6 +178,8 @@ def main() -> int:
     p.add_argument("--profile", type=Path, default=None, help="run the operator under cProfile, write here")
     p.add_argument("--py-spy", type=Path, default=None, help="sample the operator (all threads) with py-spy")
     p.add_argument("--max-workers", type=int, default=None, help="experiment: kopf handler threads")
+    p.add_argument("--running", type=int, default=0, help="first make this many other RLJobs Running")
+    p.add_argument("--steady", type=float, default=20, help="seconds of operator CPU taken with only those")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--record", action="store_true", help=f"append the result to {DOC.relative_to(REPO)}")
     p.add_argument("--note", default="", help="free text for the recorded row")
@@ -171,20 +189,45 @@ def main() -> int:
     install_crd()
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
     api = client.CustomObjectsApi(api_client)
-    ns = f"bench-burst-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", ns)
+    run_id = uuid.uuid4().hex[:6]
+    ns, run_ns = f"bench-burst-{run_id}", f"bench-burst-{run_id}-run"
+    namespaces = [ns, run_ns] if args.running else [ns]
+    for name in namespaces:
+        kubectl("create", "namespace", name)
     log_dir = Path(os.environ.get("RLJOB_CLUSTER_DIR", "/tmp/rljob-cluster")) / "logs"
+    lag_file = log_dir / f"burst-{run_id}-loop-lag.txt"
+    os.environ["RLJOB_BENCH_LAG_FILE"] = str(lag_file)
+    interval = float(os.environ.get(PROGRESS_ENV) or 30)
+    # cProfile cannot run `-c CODE`: under --profile the operator runs plainly (no lag probe)
     entry = (
-        ("-c", MAX_WORKERS_ENTRY.format(n=args.max_workers)) if args.max_workers else ("-m", "rljob_operator")
+        ("-m", "rljob_operator")
+        if args.profile
+        else ("-c", burst_running.LAG_ENTRY.format(workers=args.max_workers))
     )
     op = OperatorProcess(
-        log_dir, [ns], identity="burst", verbose=args.verbose_operator, profile=args.profile, entry=entry
+        log_dir,
+        namespaces,
+        identity="burst",
+        verbose=args.verbose_operator,
+        profile=args.profile,
+        entry=entry,
     )
+    running = burst_running.RunningRLJobs(api, run_ns, args.running, run_id) if args.running else None
+    extra: dict[str, Any] = {}
     jobsets = Watcher(api, JOBSET, ns, lambda _: True)
     statuses = Watcher(api, (GROUP, VERSION, PLURAL), ns, lambda o: (o.get("status") or {}).get("jobSetName"))
     probe = LatencyProbe(client.CoreV1Api(api_client), ns)
     try:
         op.start()
+        if running:
+            running.start()
+            waited = running.wait(progress=interval > 0, timeout=args.timeout)
+            print(f"{args.running} RLJobs Running{' with progress' * (interval > 0)} after {waited:.0f} s")
+            time.sleep(max(5.0, 2 * interval) if interval > 0 else 5.0)  # every timer has fired again
+            cpu_a, reads_a = cpu_seconds(op.pid), running.trainers.requests
+            time.sleep(args.steady)
+            extra["steady_cpu_pct"] = round(100 * (cpu_seconds(op.pid) - cpu_a) / args.steady, 1)
+            extra["steady_reads_per_s"] = round((running.trainers.requests - reads_a) / args.steady, 1)
         rss_idle = op.rss_bytes()
         for w in (jobsets, statuses):
             w.start()
@@ -209,6 +252,7 @@ def main() -> int:
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(create, names))
         t_applied = time.monotonic() - t0
+        reads0 = running.trainers.requests if running else 0
         deadline = time.monotonic() + args.timeout
         rss_peak_sampled = 0
         while time.monotonic() < deadline and not (
@@ -218,6 +262,8 @@ def main() -> int:
             time.sleep(0.1)
         total = max([*jobsets.seen.values(), *statuses.seen.values()], default=t0) - t0
         cpu = cpu_seconds(op.pid) - cpu0
+        if running:
+            extra["burst_reads"] = running.trainers.requests - reads0
         if spy:
             spy.send_signal(signal.SIGINT)
             spy.wait(60)
@@ -228,8 +274,13 @@ def main() -> int:
     finally:
         for w in (jobsets, statuses, probe):
             w.stop.set()
-        op.stop()
-        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        try:
+            if running:
+                running.close()  # needs the operator (kopf's finalizer)
+        finally:
+            op.stop()
+            for name in namespaces:
+                kubectl("delete", "namespace", name, "--wait=false", check=False, timeout=180)
 
     to_jobset = [jobsets.seen[n] - applied[n] for n in names if n in jobsets.seen]
     to_status = [statuses.seen[n] - applied[n] for n in names if n in statuses.seen]
@@ -253,7 +304,12 @@ def main() -> int:
         "handler_mean_ms": round(1000 * create_sum / create_count) if create_count else None,
         "load": f"{load_before} -> {load_after}",
         "jobsets": f"{len(to_jobset)}/{args.count}",
+        "progress_interval_s": interval,
+        "running": args.running,
+        **extra,
     }
+    if lag_file.exists():
+        result.update(burst_running.lag_stats(str(lag_file), t0, t0 + max(total, t_applied)))
     for key, value in result.items():
         print(f"{key:>16}: {value}")
     print(f"goal p99 <= 2 s: {'met' if (result['jobset_p99'] or 1e9) <= 2 else 'MISSED'}; "
@@ -267,7 +323,8 @@ def main() -> int:
             f"| {result['status_p50']} | {result['status_p99']} | {result['total_s']} "
             f"| {result['rss_idle_mib']} -> {result['rss_peak_mib']} | {result['operator_cpu_s']} "
             f"| {result['handler_mean_ms']} | {result['api_get_p50_ms']} "
-            f"| {result['load']} | {args.note}{f' max-workers={args.max_workers}' if args.max_workers else ''} |"
+            f"| {result['load']} | {args.note}{f' max-workers={args.max_workers}' if args.max_workers else ''}"
+            f"{running_note(result)} |"
         )
         text = DOC.read_text()
         assert MARKER in text, f"{DOC} lacks the marker line"
