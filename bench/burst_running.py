@@ -36,7 +36,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from rljob.api.spec import GROUP, PLURAL, VERSION
-from tests.e2e.kube import kubectl
+from tests.e2e.kube import kubectl, loopback_tpu_node
 from tests.e2e.operator_proc import free_port
 
 ACCELERATOR, TOPOLOGY, MACHINE = "tpu-v6e-slice", "1x1", "ct6e-standard-1t"
@@ -72,35 +72,11 @@ sys.exit(main(sys.argv[1:]))
 
 def node(name: str, reservation: str) -> dict[str, Any]:
     """A kwok v6e 1x1 node of reservation ``reservation`` whose address is loopback."""
-    chips = str(PODS_PER_NODE)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "type": "kwok",
-                "node.kubernetes.io/instance-type": MACHINE,
-                "cloud.google.com/gke-nodepool": reservation,
-                "cloud.google.com/gke-tpu-accelerator": ACCELERATOR,
-                "cloud.google.com/gke-tpu-topology": TOPOLOGY,
-                "cloud.google.com/reservation-name": reservation,
-                "cloud.google.com/reservation-affinity": "specific",
-            },
-        },
-        "spec": {"taints": [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {
-            "addresses": [
-                {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": name},
-            ],
-            "capacity": {"cpu": "200", "memory": "800Gi", "pods": "110", "google.com/tpu": chips},
-            "allocatable": {"cpu": "200", "memory": "800Gi", "pods": "110", "google.com/tpu": chips},
-        },
+    labels = {
+        "cloud.google.com/reservation-name": reservation,
+        "cloud.google.com/reservation-affinity": "specific",
     }
+    return loopback_tpu_node(name, ACCELERATOR, TOPOLOGY, MACHINE, PODS_PER_NODE, labels)
 
 
 def running_rljob(name: str, reservation: str, port: int) -> dict[str, Any]:

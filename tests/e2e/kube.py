@@ -130,3 +130,38 @@ def wait_for(fn: Callable[[], T], timeout: float = 60, interval: float = 0.5, me
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{message or fn!r}: not true after {timeout}s (last: {last!r})")
         time.sleep(interval)
+
+
+def loopback_tpu_node(
+    name: str, accelerator: str, topology: str, machine: str, chips: int, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A kwok TPU node of its own pool (named ``name``) whose InternalIP is 127.0.0.1: a host-network pod
+    placed there has a loopback pod IP, so a local process can stand in for it (tests/e2e/test_progress.py,
+    bench/burst.py --running). ``labels`` adds to GKE's TPU node labels (e.g. a reservation's)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "type": "kwok",
+                "node.kubernetes.io/instance-type": machine,
+                "cloud.google.com/gke-nodepool": name,
+                "cloud.google.com/gke-tpu-accelerator": accelerator,
+                "cloud.google.com/gke-tpu-topology": topology,
+                **(labels or {}),
+            },
+        },
+        "spec": {"taints": [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": name},
+            ],
+            "capacity": {"cpu": "200", "memory": "800Gi", "pods": "110", "google.com/tpu": str(chips)},
+            "allocatable": {"cpu": "200", "memory": "800Gi", "pods": "110", "google.com/tpu": str(chips)},
+        },
+    }

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests import procs
-from tests.e2e.kube import get, kubectl, list_items, wait_for
+from tests.e2e.kube import get, kubectl, list_items, loopback_tpu_node, wait_for
 from tests.e2e.operator_proc import OperatorProcess, install_crd
 from tests.observability import runs
 
@@ -26,36 +26,6 @@ TPU = {
     "accelerator": "tpu-v5-lite-podslice",
     "topology": "2x2",
 }  # single host, 4 chips: no shared pool has it
-
-
-def loopback_node(name: str) -> dict[str, Any]:
-    """A kwok TPU node (v5e 2x2, one host) whose InternalIP is 127.0.0.1."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "type": "kwok",
-                "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",
-                "cloud.google.com/gke-nodepool": name,
-                "cloud.google.com/gke-tpu-accelerator": TPU["accelerator"],
-                "cloud.google.com/gke-tpu-topology": TPU["topology"],
-            },
-        },
-        "spec": {"taints": [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {
-            "addresses": [
-                {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": name},
-            ],
-            "capacity": {"cpu": "200", "memory": "800Gi", "pods": "110", "google.com/tpu": "4"},
-            "allocatable": {"cpu": "200", "memory": "800Gi", "pods": "110", "google.com/tpu": "4"},
-        },
-    }
 
 
 @pytest.fixture
@@ -69,7 +39,8 @@ def operator(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Operator
 @pytest.fixture
 def node(cluster: Any) -> Iterator[str]:
     name = f"gke-rljob-i14-progress-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "-f", "-", input=yaml.safe_dump(loopback_node(name)))
+    node = loopback_tpu_node(name, TPU["accelerator"], TPU["topology"], "ct5lp-hightpu-4t", chips=4)
+    kubectl("create", "-f", "-", input=yaml.safe_dump(node))
     try:
         yield name
     finally:
