@@ -37,7 +37,7 @@ from prometheus_client import generate_latest
 
 from rljob.api.spec import GROUP, PLURAL, VERSION
 from tests.e2e.kube import kubectl, loopback_tpu_node
-from tests.e2e.operator_proc import free_port
+from tests.procs import free_port
 
 ACCELERATOR, TOPOLOGY, MACHINE = "tpu-v6e-slice", "1x1", "ct6e-standard-1t"
 PODS_PER_NODE = 25
