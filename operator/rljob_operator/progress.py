@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from rljob_operator.conditions import set_on, timestamp
+from rljob_operator.conditions import find, set_on, timestamp
 
 GLOBAL_STEP = "rljob_trainer_global_step"
 MAX_STEPS = "rljob_trainer_max_steps"
@@ -46,6 +46,10 @@ READ = (
 
 STALLED = "Stalled"
 """Condition type: no step on host 0 within its limit."""
+
+HEARTBEAT_SECONDS = 60.0
+"""While host 0 reports nothing new, the status is still rewritten this often, so ``updateTime`` (and the
+Stalled condition's "last step ... ago") stay at most this old while the operator can read host 0."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,30 @@ def with_progress(
     is_stalled, reason, message = stalled(r, now)
     new["conditions"] = set_on(status, STALLED, is_stalled, reason, message, now=now, generation=generation)
     return new
+
+
+def needs_write(old: dict[str, Any], new: dict[str, Any], now: datetime) -> bool:
+    """Whether ``new`` (from :func:`with_progress`) says something ``old`` does not: a changed progress
+    figure or Stalled status/reason, or ``old``'s progress older than :data:`HEARTBEAT_SECONDS`.
+
+    Why: each status write is an API call and a watch event every RLJob handler then sees; with the step
+    unchanged between reads (a step usually lasts longer than the read interval) most writes changed only
+    ``updateTime`` and the condition's "ago" text (bench/burst.py --running, docs/observability.md)."""
+    before, after = old.get("progress") or {}, new.get("progress") or {}
+    if {k: v for k, v in before.items() if k != "updateTime"} != {
+        k: v for k, v in after.items() if k != "updateTime"
+    }:
+        return True
+    was, now_is = find(old.get("conditions") or [], STALLED), find(new.get("conditions") or [], STALLED)
+    if was is None or now_is is None:
+        return True
+    if (was.get("status"), was.get("reason")) != (now_is.get("status"), now_is.get("reason")):
+        return True
+    try:
+        written = datetime.fromisoformat(before["updateTime"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    return (now - written).total_seconds() >= HEARTBEAT_SECONDS
 
 
 def finished(status: dict[str, Any]) -> dict[str, Any]:

@@ -44,7 +44,8 @@ def write(
     uid: str | None,
     current: dict[str, Any] | None = None,
 ) -> bool:
-    """Write progress and the Stalled condition into the RLJob's status if it is still Running.
+    """Write progress and the Stalled condition into the RLJob's status if it is still Running and they
+    changed (or the last write is older than ``progress.HEARTBEAT_SECONDS``).
 
     ``current`` is the RLJob body the timer was called with: the first attempt writes with its
     resourceVersion instead of a fresh GET (a conflict, i.e. a change since, re-reads), one API call less
@@ -56,9 +57,10 @@ def write(
         status = raw.get("status") or {}
         if status.get("phase") != "Running":
             return False  # finished or restarting since the timer fired: the JobSet watcher owns it now
-        new = progress.with_progress(
-            status, reading, now=datetime.now(UTC), generation=raw["metadata"].get("generation")
-        )
+        now = datetime.now(UTC)
+        new = progress.with_progress(status, reading, now=now, generation=raw["metadata"].get("generation"))
+        if not progress.needs_write(status, new, now):
+            return False  # nothing new since the last write, and that one is recent
         try:
             kube.patch_rljob_status(ns, name, new, raw["metadata"]["resourceVersion"])
             return True

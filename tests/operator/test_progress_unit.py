@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from prometheus_client import generate_latest
@@ -115,4 +115,33 @@ def test_write_uses_the_timers_body_first_and_rereads_only_after_a_conflict() ->
     assert write(kube, "ns", "x", reading, "uid-1", current=body) and gets == []  # no GET before the write
     assert kube.rljob_status("ns", "x")["progress"]["step"] == 1
     kube.conflicts_to_inject = 1  # someone wrote in between: the body's resourceVersion is stale
-    assert write(kube, "ns", "x", reading, "uid-1", current=body) and gets == ["x"]
+    later = p.parse(_text([(2.0, 0.5), (2.0, 0.7)]))
+    assert later is not None
+    assert write(kube, "ns", "x", later, "uid-1", current=body) and gets == ["x"]
+    assert kube.rljob_status("ns", "x")["progress"]["step"] == 2
+
+
+def test_write_skips_a_status_that_says_nothing_new_until_the_heartbeat() -> None:
+    kube = FakeKube()
+    kube.add_rljob({"metadata": {"namespace": "ns", "name": "x"}, "status": {"phase": "Running"}})
+    one = p.parse(_text([(2.0, 0.5)]))
+    assert one is not None
+
+    def writes() -> int:
+        return sum(1 for c in kube.calls if c[0] == "status")
+
+    assert write(kube, "ns", "x", one, None) and writes() == 1
+    assert not write(kube, "ns", "x", one, None) and writes() == 1  # same step, just written: skipped
+    two = p.parse(_text([(2.0, 0.5), (2.0, 0.7)]))
+    assert two is not None
+    assert write(kube, "ns", "x", two, None) and writes() == 2  # a new step is written at once
+    # the same reading once the last write is a heartbeat old: written again (updateTime moves on)
+    status = kube.rljob_status("ns", "x")
+    written = datetime.fromisoformat(status["progress"]["updateTime"])
+    assert not p.needs_write(status, p.with_progress(status, two, now=written), written)
+    beat = written + timedelta(seconds=p.HEARTBEAT_SECONDS)
+    assert p.needs_write(status, p.with_progress(status, two, now=beat), beat)
+    # Stalled flipping is news even within the heartbeat
+    stalled_at = datetime.fromtimestamp(two.last_step_time + 301, tz=UTC)
+    status["progress"]["updateTime"] = p.timestamp(stalled_at)
+    assert p.needs_write(status, p.with_progress(status, two, now=stalled_at), stalled_at)
