@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from rljob.api import to_manifest
+from rljob.api.kubeyaml import Dumper
 from rljob.api.spec import RLJob
 from rljob_operator import names
 
@@ -29,8 +30,9 @@ def trainer_manifest(job: RLJob) -> dict[str, Any]:
 
 
 def trainer_config_yaml(job: RLJob) -> str:
-    """The ``rljob.yaml`` file."""
-    return yaml.safe_dump(trainer_manifest(job), sort_keys=False, default_flow_style=False)
+    """The ``rljob.yaml`` file, written so that the trainer's reader (kubectl's rules) reads back each
+    string as a string."""
+    return yaml.dump(trainer_manifest(job), Dumper=Dumper, sort_keys=False, default_flow_style=False)
 
 
 def config_map(job: RLJob, labels: dict[str, str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from rljob.api.kubeyaml import Dumper
 from rljob.api.spec import RLJob
 from rljob_operator.config import config_map
 from rljob_operator.jobset import jobset, owned_labels
@@ -34,16 +35,17 @@ def render_objects(job: RLJob, options: RenderOptions | None = None) -> list[dic
     return [render_config_map(job), render_jobset(job, options)]
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the embedded ``rljob.yaml``) as ``|`` blocks, so a diff shows the changed line."""
+class _Dumper(Dumper):
+    """Multi-line strings (the embedded ``rljob.yaml``) as ``|`` blocks, so a diff shows the changed line;
+    other strings quoted where kubectl would read them as something else (``kubeyaml.Dumper``)."""
+
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        if "\n" in data:
+            return self.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+        return super().represent_str(data)
 
 
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
+_Dumper.add_representer(str, _Dumper.represent_str)
 
 
 def dump_yaml(objects: list[dict[str, Any]]) -> str:

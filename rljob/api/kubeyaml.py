@@ -15,6 +15,11 @@ kubectl's rules:
 * stricter than kubectl, on purpose: a key given twice in one mapping is an error naming both lines
   (kubectl keeps the last one silently). tests/e2e/test_yaml_differential.py compares verdicts with
   ``kubectl apply --dry-run=server`` on a generated corpus.
+
+What rljob writes as YAML (the trainer's ``rljob.yaml``, ``rljob render``, the CRD) goes through
+``Dumper``: PyYAML's emitter, with every string quoted that these rules would not read back as the same
+string (PyYAML writes ``y``, ``1e-5`` or ``08`` unquoted, and kubectl and the trainer read a boolean or a
+number).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml as pyyaml
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -244,3 +250,23 @@ def read_documents(text: str) -> list[Document]:
         if value is None and not builder.errors:
             continue  # a document that is only `null` or `~`: kubectl skips it as well
         docs.append(Document(number, node.start_mark.line + 1, value, builder.errors))
+
+
+def reads_back_as_itself(text: str) -> bool:
+    """Whether ``text`` written as a plain scalar is read back (by kubectl, and ``read_documents``) as
+    the same string."""
+    try:
+        return resolve_plain(text) == text
+    except _NotJSON:
+        return False
+
+
+class Dumper(pyyaml.SafeDumper):
+    """PyYAML's safe dumper, quoting every string that kubectl would read as something else."""
+
+    def represent_str(self, data: str) -> pyyaml.ScalarNode:
+        style = None if data and reads_back_as_itself(data) else "'"
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+Dumper.add_representer(str, Dumper.represent_str)
