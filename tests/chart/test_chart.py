@@ -111,8 +111,7 @@ def test_without_monitoring_crds_no_monitoring_objects() -> None:
 
 def test_with_monitoring_crds_all_monitoring_objects() -> None:
     objs = template(monitoring=True)
-    expected = {"ServiceMonitor", "PodMonitor"} | ({"PrometheusRule"} if RULES_FILE.exists() else set())
-    assert kinds(objs) & MONITORING_KINDS == expected
+    assert kinds(objs) & MONITORING_KINDS == {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
 
 def test_monitoring_objects_switched_by_values() -> None:
@@ -313,7 +312,6 @@ def test_service_monitor_selects_the_metrics_service() -> None:
     assert sm["metadata"]["labels"]["release"] == "kps"
 
 
-@pytest.mark.skipif(not RULES_FILE.exists(), reason="files/rljob-alerts.rules.yaml not written yet")
 def test_prometheus_rule_is_the_rules_file_unchanged() -> None:
     rule = one(template("metrics.prometheusRule.labels.release=kps", monitoring=True), "PrometheusRule")
     assert rule["spec"] == yaml.safe_load(RULES_FILE.read_text())
@@ -321,7 +319,6 @@ def test_prometheus_rule_is_the_rules_file_unchanged() -> None:
     assert rule["metadata"]["labels"]["release"] == "kps"
 
 
-@pytest.mark.skipif(not DASHBOARD_FILE.exists(), reason="files/rljob-dashboard.json not written yet")
 def test_dashboard_config_map_is_the_dashboard_file() -> None:
     cm = one(template(), "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
