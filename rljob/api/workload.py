@@ -54,7 +54,8 @@ class DataSpec(Model):
     config: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     """Dataset configuration (subset) on the Hub, e.g. "main" for GSM8K. Unset: the dataset's default."""
     split: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\[\]:%-]+$")] = "train"
-    """Split to train on (for files: "train" reads them all)."""
+    """Split to train on. A folder is read as the Hub reads a dataset: its README's splits, else its file
+    names' (train-*.parquet, test.jsonl; all files are "train" when no name gives a split); a file is "train"."""
     promptField: FieldName = "prompt"
     """Column holding the prompt text (GSM8K: question)."""
     answerField: FieldName = "answer"

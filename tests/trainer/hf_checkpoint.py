@@ -189,22 +189,27 @@ def write_checkpoint(family: str, model: Any, out: Path) -> Path:
     return out
 
 
-def hub_cache(checkpoint: Path, cache: Path, repo_id: str, revision: str = "main") -> str:
-    """Lay ``checkpoint``'s files out as ``huggingface_hub``'s cache does for model ``repo_id``:
-    ``models--org--name/blobs/<hash>``, ``snapshots/<commit>/<file>`` -> symlink to the blob, and
-    ``refs/<revision>`` holding the commit. Returns the commit hash."""
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    files = sorted(p for p in checkpoint.iterdir() if p.is_file())
-    commit = hashlib.sha1(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()
+def hub_cache(
+    checkpoint: Path, cache: Path, repo_id: str, revision: str = "main", repo_type: str = "model"
+) -> str:
+    """Lay ``checkpoint``'s files (sub-folders included) out as ``huggingface_hub``'s cache does for
+    ``repo_id``: ``<models|datasets>--org--name/blobs/<hash>``, ``snapshots/<commit>/<file>`` -> symlink to
+    the blob, and ``refs/<revision>`` holding the commit. Returns the commit hash."""
+    repo = cache / (f"{repo_type}s--" + repo_id.replace("/", "--"))
+    files = sorted(p for p in checkpoint.rglob("*") if p.is_file())
+    names = [p.relative_to(checkpoint).as_posix() for p in files]
+    commit = hashlib.sha1(
+        b"".join(n.encode() + p.read_bytes() for n, p in zip(names, files, strict=True))
+    ).hexdigest()
     snapshot = repo / "snapshots" / commit
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
-    snapshot.mkdir(parents=True, exist_ok=True)
-    for p in files:
+    for name, p in zip(names, files, strict=True):
         blob = repo / "blobs" / hashlib.sha256(p.read_bytes()).hexdigest()
         shutil.copy(p, blob)
-        link = snapshot / p.name
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
         link.unlink(missing_ok=True)
-        link.symlink_to(os.path.relpath(blob, snapshot))
+        link.symlink_to(os.path.relpath(blob, link.parent))
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / revision).write_text(commit)
     return commit

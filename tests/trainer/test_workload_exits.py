@@ -185,8 +185,14 @@ def test_checkpoint_not_matching_family_or_size_exits_2(
     tmp_path: Path, family: str, config: dict, expected: str
 ) -> None:
     path = tiny_checkpoint(tmp_path, family, **config)
+    # these start JAX and serve metrics before Tunix reads the weights: a free port, not the demo's 9464
     proc = run_trainer(
-        tmp_path, workload(tmp_path, **{"model.checkpointPath": str(path)}), "--max-steps", "1"
+        tmp_path,
+        workload(tmp_path, **{"model.checkpointPath": str(path)}),
+        "--max-steps",
+        "1",
+        "--metrics-port",
+        "0",
     )
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr, proc.stderr

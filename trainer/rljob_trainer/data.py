@@ -69,23 +69,23 @@ def emit_dataset() -> Any:
 
 
 def read(spec: DataSpec, local: Path) -> Any:
-    """The ``datasets.Dataset`` of ``spec.split`` at ``local`` (a file, a directory of files, or a Hub
-    dataset snapshot). Raises DataError naming the field."""
+    """The ``datasets.Dataset`` of ``spec.split`` at ``local``. Raises DataError naming the field.
+
+    A folder is read by ``datasets`` as it reads a Hub dataset: its README's configs and splits when it has
+    them (a Hub snapshot), else the splits its file names give (``train-*.parquet``, ``test.jsonl``, ...; all
+    files are split "train" when no name gives one). A single JSONL/JSON/Parquet file is split "train".
+    """
     import datasets
 
     datasets.disable_progress_bars()
-    files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.suffix in FILE_FORMATS)
     try:
-        if (local.is_dir() and (local / "README.md").exists()) or (local.is_dir() and not files):
-            # a Hub dataset snapshot: its README declares the configs and splits
+        if local.is_dir():
             return datasets.load_dataset(str(local), name=spec.config, split=spec.split)
-        formats = {FILE_FORMATS.get(p.suffix) for p in files}
-        if None in formats or len(formats) != 1:
+        if local.suffix not in FILE_FORMATS:
             raise DataError(
-                f"spec.data.source: {local}: expected .jsonl, .json or .parquet files, found {files}"
+                f"spec.data.source: {local}: expected a .jsonl, .json or .parquet file or a folder"
             )
-        split = spec.split if local.is_dir() and spec.split != "train" else "train"
-        return datasets.load_dataset(formats.pop(), data_files=[str(p) for p in files], split=split)
+        return datasets.load_dataset(FILE_FORMATS[local.suffix], data_files=[str(local)], split="train")
     except DataError:
         raise
     except ValueError as exc:  # unknown split or config: datasets says which exist

@@ -106,14 +106,21 @@ def _custom(spec: RewardSpec, index: int) -> RewardFn:
     if not callable(fn):
         raise ValueError(f"{field}: {module_name} has no function {attr}")
     try:
-        inspect.signature(fn).bind(prompts=[], completions=[], answer=[])
+        signature = inspect.signature(fn)
+    except ValueError:  # no signature (a builtin): trust it
+        return fn
+    # Tunix passes every other column of the batch and its own ``mode`` as keywords: only **kwargs takes
+    # them all (a function naming just the columns it reads fails with TypeError at the first step).
+    takes_columns = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    try:
+        signature.bind(prompts=[], completions=[])
     except TypeError:
+        takes_columns = False
+    if not takes_columns:
         raise ValueError(
             f"{field}: {spec.function} must accept prompts=, completions= and the dataset's other columns as "
             "keyword arguments (def f(prompts, completions, **kwargs))"
-        ) from None
-    except ValueError:  # no signature (a builtin): trust it
-        pass
+        )
     return fn
 
 

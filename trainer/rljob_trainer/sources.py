@@ -12,7 +12,8 @@ told apart for the JobSet's failure policy:
 Clients and their settings: ``huggingface_hub.snapshot_download`` honours ``HF_TOKEN``, ``HF_HUB_OFFLINE``
 and ``HF_HUB_CACHE``/``HF_HOME`` itself; ``google-cloud-storage`` honours ``STORAGE_EMULATOR_HOST`` (a
 GCS-compatible server such as fake-gcs-server; then credentials are anonymous). Bucket objects are copied
-under ``RLJOB_CACHE_DIR`` (default ``~/.cache/rljob``) and re-used when their size and generation match.
+under ``RLJOB_CACHE_DIR`` (default ``~/.cache/rljob``) and re-used when their size and generation match
+(recorded in a separate ``gcs-generations`` tree, so a copied folder holds only the bucket's objects).
 """
 
 from __future__ import annotations
@@ -92,9 +93,13 @@ def fetch(uri: str, field: str, files: tuple[str, ...] | None = None) -> Path:
 
 
 def _fetch_hub(ref: HubRef, uri: str, field: str, files: tuple[str, ...] | None) -> Path:
+    from huggingface_hub import constants as hf_constants
     from huggingface_hub import errors as hf_errors
     from huggingface_hub import snapshot_download
 
+    # HF_HUB_OFFLINE as the library reads it. Passed on as local_files_only: without it, a commit-hash
+    # revision skips the offline check and asks the Hub for the file list (huggingface_hub 1.x).
+    offline = hf_constants.is_offline_mode()
     try:
         return Path(
             snapshot_download(
@@ -102,6 +107,7 @@ def _fetch_hub(ref: HubRef, uri: str, field: str, files: tuple[str, ...] | None)
                 revision=ref.revision,
                 repo_type=ref.repo_type,
                 allow_patterns=list(files or ["*"]),
+                local_files_only=offline,
             )
         )
     except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError) as exc:
@@ -111,7 +117,7 @@ def _fetch_hub(ref: HubRef, uri: str, field: str, files: tuple[str, ...] | None)
     except hf_errors.RevisionNotFoundError as exc:
         raise RLJobError([f"{field}: {uri}: no such revision ({_first_line(exc)})"]) from None
     except hf_errors.LocalEntryNotFoundError as exc:
-        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        if offline:
             raise RLJobError([f"{field}: {uri}: not in the Hub cache and HF_HUB_OFFLINE is set"]) from None
         raise SourceUnavailable(f"{field}: cannot download {uri}: {_first_line(exc)}") from None
     except (hf_errors.HfHubHTTPError, OSError) as exc:
@@ -155,7 +161,9 @@ def _fetch_bucket(uri: str, field: str) -> Path:
     from google.auth import exceptions as auth_exc
 
     bucket_name, path = parse_bucket(uri)
-    root = Path(os.environ.get("RLJOB_CACHE_DIR", Path.home() / ".cache" / "rljob")) / "gcs" / bucket_name
+    cache = Path(os.environ.get("RLJOB_CACHE_DIR", Path.home() / ".cache" / "rljob"))
+    root = cache / "gcs" / bucket_name
+    stamps = cache / "gcs-generations" / bucket_name  # beside, not in, the copy: readers see only the objects
     retry = Retry(timeout=RETRY_SECONDS)
     try:
         client = storage_client()
@@ -168,10 +176,11 @@ def _fetch_bucket(uri: str, field: str) -> Path:
             raise RLJobError([f"{field}: {uri}: no objects there"])
         for blob in chosen:
             target = root / blob.name
-            stamp = target.with_name(target.name + ".generation")
+            stamp = stamps / blob.name
             if target.exists() and stamp.exists() and stamp.read_text() == f"{blob.generation}:{blob.size}":
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
+            stamp.parent.mkdir(parents=True, exist_ok=True)
             blob.download_to_filename(str(target), retry=retry)
             stamp.write_text(f"{blob.generation}:{blob.size}")
     except RLJobError:
