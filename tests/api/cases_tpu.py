@@ -41,6 +41,10 @@ TPU_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         "spec.tpu.topology",
     ),
     ("v4 8x8x12", manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "8x8x12"}}), None),
+    ("v4 4x4x12", manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "4x4x12"}}), None),
+    ("v7x 4x4x12", manifest({"tpu": {"accelerator": "tpu7x", "topology": "4x4x12"}}), None),
+    ("v7x 8x8x12", manifest({"tpu": {"accelerator": "tpu7x", "topology": "8x8x12"}}), None),
+    ("v7x 16x16x16", manifest({"tpu": {"accelerator": "tpu7x", "topology": "16x16x16"}}), None),
     (
         "v4 4x4x6 not a cube multiple",
         manifest({"tpu": {"accelerator": "tpu-v4-podslice", "topology": "4x4x6"}}),
