@@ -1,18 +1,24 @@
 """The operator's JobSet check against the real apiserver: the installed JobSet v0.12 CRD passes, and a
 copy of it without ``onJobFailureMessagePatterns`` (JobSet before v0.10) under a throwaway group fails
 with the field and the minimum version named. The copy lives under its own group, so the shared cluster's
-real JobSet CRD is never touched."""
+real JobSet CRD is never touched. And the operator's creates ask for strict field validation: a field
+the server's schema does not know is refused, not silently dropped."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import config
+from kubernetes.client.exceptions import ApiException
 from rljob_operator import jobset_crd
+from rljob_operator.kube import Kube
+from rljob_operator.render import render_objects
 
+from rljob.api import parse_rljob
 from tests.e2e.kube import apply_yaml, kubectl, kubectl_json, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -79,3 +85,27 @@ def test_missing_jobset_crd_is_named(api_client: Any) -> None:
         problem
         == "JobSet is not installed (no CRD jobsets.nowhere.rljob.dev); install JobSet v0.10.0 or newer"
     )
+
+
+def test_operator_creates_jobsets_with_strict_field_validation(api_client: Any, namespace: str) -> None:
+    """Without ``fieldValidation=Strict`` the apiserver would store the JobSet minus the field its schema
+    lacks (the silent drop that turns exit 2 into endless restarts on a JobSet older than v0.10). The
+    ConfigMap is a typed object: the client library itself refuses unknown fields there."""
+    job = parse_rljob(
+        {
+            "apiVersion": "rljob.dev/v1alpha1",
+            "kind": "RLJob",
+            "metadata": {"name": "strict", "namespace": namespace},
+            "spec": {
+                "image": "rljob-trainer:test",
+                "tpu": {"accelerator": "tpu-v6e-slice", "topology": "1x1"},
+            },
+        }
+    )
+    _, jobset = render_objects(job)
+    jobset["spec"]["failurePolicy"]["rules"][0]["notAJobSetField"] = "dropped silently without Strict"
+    with pytest.raises(ApiException) as refused:
+        Kube(api_client).create_owned(jobset, owner_uid="no-owner")
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status in (400, 422), message
+    assert 'unknown field "spec.failurePolicy.rules[0].notAJobSetField"' in message, message
