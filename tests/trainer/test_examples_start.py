@@ -6,8 +6,10 @@ sources are checked for form only (no network here). An example that validates b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from rljob_operator import names
@@ -16,9 +18,11 @@ from rljob_trainer import main as trainer_main
 from rljob_trainer import startup
 
 from rljob.api import load_rljob, parse_rljob
+from tests.observability import runs
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLE_DEMO = ROOT / "examples" / "tiny-cpu.yaml"
 IMAGE_ONLY = (
     "spec.rollout.engine: vllm is not installed",
     "spec.model.backend: maxtext needs the MaxText trainer image",
@@ -72,3 +76,20 @@ def test_an_example_that_cannot_start_fails(tmp_path: Path, monkeypatch: pytest.
     assert any(
         e.startswith("spec.model.checkpointPath: required") for e in trainer_main.preflight(parse_rljob(doc))
     )
+
+
+STEP_LINE = re.compile(r"^step\s+(\d+)/\d+.*?reward (-?[0-9.]+)", re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_demo_example_trains_offline_from_the_repository_files() -> None:
+    """``make demo``: examples/tiny-cpu.yaml trains through the data and reward path from examples/tiny/
+    (tokenizer.json, emit.jsonl) with the Hub off, and its reward rises."""
+    rc, out = runs.run(
+        EXAMPLE_DEMO, "--metrics-port", "0", "--log-every", "1", timeout=600, HF_HUB_OFFLINE="1"
+    )
+    assert rc == 0, out
+    rewards = [float(r) for _, r in STEP_LINE.findall(out)]
+    steps = load_rljob(str(EXAMPLE_DEMO)).spec.grpo.maxSteps
+    assert len(rewards) == steps, out
+    assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.3, rewards
