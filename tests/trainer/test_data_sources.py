@@ -209,3 +209,22 @@ def test_bucket_parquet_object_and_jsonl_prefix(gcs: GcsServer, tmp_path: Path) 
     got = prepare(prefix).data.prompts
     assert sorted(got) == sorted(r["question"] for r in rows("part0", 4) + rows("part1", 4))
     assert sorted(prepare(prefix).data.prompts) == sorted(got)  # a second start reads the cached copy
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_empty_dataset_names_the_source(tmp_path: Path, fmt: str) -> None:
+    from rljob import api
+
+    path = tmp_path / f"train.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("")
+    else:  # the columns, no rows
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(
+            pa.table({"question": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), path
+        )
+    with pytest.raises(api.RLJobError) as err:
+        prepare(str(path))
+    assert err.value.errors == [f"spec.data.source: the dataset has no examples ({path})"]

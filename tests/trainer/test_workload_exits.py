@@ -73,7 +73,7 @@ CASES = {
         [{"prompt": "q", "target": "a"}],
         "spec.data.answerField: no column 'answer'",
     ),
-    "empty dataset": ({}, [], "spec.data.source"),
+    "empty dataset": ({}, [], "spec.data.source: the dataset has no examples"),
     "chat template wanted, tokenizer has none": (
         {"model.tokenizerPath": None},
         None,

@@ -81,6 +81,8 @@ def read(spec: DataSpec, local: Path) -> Any:
     try:
         if local.is_dir():
             return datasets.load_dataset(str(local), name=spec.config, split=spec.split)
+        if _no_rows(local):  # datasets fails on an empty file with an error that does not say so
+            raise DataError(f"spec.data.source: the dataset has no examples ({spec.source})")
         if local.suffix not in FILE_FORMATS:
             raise DataError(
                 f"spec.data.source: {local}: expected a .jsonl, .json or .parquet file or a folder"
@@ -91,7 +93,24 @@ def read(spec: DataSpec, local: Path) -> Any:
     except ValueError as exc:  # unknown split or config: datasets says which exist
         raise DataError(f"spec.data.split: {spec.split!r} (config {spec.config!r}): {exc}") from None
     except Exception as exc:
-        raise DataError(f"spec.data.source: cannot read {local}: {type(exc).__name__}: {exc}") from None
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""  # datasets wraps the reader's own error
+        raise DataError(
+            f"spec.data.source: cannot read {local}: {type(exc).__name__}: {exc}{cause}"
+        ) from None
+
+
+def _no_rows(path: Path) -> bool:
+    """An empty file, or a Parquet file whose footer counts no rows."""
+    if path.stat().st_size == 0:
+        return True
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(path).metadata.num_rows == 0
+        except Exception:  # not Parquet after all: datasets reports it
+            return False
+    return False
 
 
 def prepare(spec: DataSpec | None, dataset: Any, tokenizer: Any, seed: int, batch_size: int) -> PromptData:
@@ -104,7 +123,9 @@ def prepare(spec: DataSpec | None, dataset: Any, tokenizer: Any, seed: int, batc
                 f"spec.data.{field}: no column {name!r} in the dataset (columns: {', '.join(dataset.column_names)})"
             )
     if len(dataset) == 0:
-        raise DataError("spec.data.source: the dataset has no examples")
+        raise DataError(
+            f"spec.data.source: the dataset has no examples ({spec.source if spec else 'built-in'})"
+        )
     dataset = dataset.shuffle(seed=seed)
     if spec and spec.maxExamples:
         dataset = dataset.select(range(min(spec.maxExamples, len(dataset))))
