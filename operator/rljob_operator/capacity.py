@@ -1,12 +1,16 @@
 """TPU capacity (``spec.tpu.capacity``) as the node selectors and tolerations GKE documents for each type.
 
 * OnDemand: nothing extra.
-* Spot: ``cloud.google.com/gke-spot: "true"`` and a toleration of the taint GKE puts on Spot node pools
-  (``cloud.google.com/gke-spot=true:NoSchedule``), so the pods land only on Spot nodes.
+* Spot: ``cloud.google.com/gke-spot: "true"`` (the selector keeps the pods on Spot nodes) and a toleration
+  of ``cloud.google.com/gke-spot=true:NoSchedule``, the taint GKE's Spot page advises for Spot pools and
+  node auto-provisioning adds (https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms).
 * Reservation: ``cloud.google.com/reservation-name`` and ``cloud.google.com/reservation-affinity:
-  specific`` (plus ``cloud.google.com/reservation-project`` for a shared reservation).
+  specific`` (plus ``cloud.google.com/reservation-project`` for a shared reservation)
+  (https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations).
 * FlexStart: ``cloud.google.com/gke-flex-start: "true"`` (plus ``cloud.google.com/gke-max-run-duration-
-  seconds`` when set) and a toleration of the flex-start taint.
+  seconds`` when set) and a toleration of ``cloud.google.com/gke-flex-start=true:NoSchedule``
+  (https://cloud.google.com/kubernetes-engine/docs/how-to/dws-flex-start-training-tpu). A toleration of a
+  taint a pool does not carry changes nothing.
 
 Selectors are scheduling fields Kueue may extend while the JobSet is suspended (a ResourceFlavor's node
 labels); the operator writes them once at creation and never re-applies them.
