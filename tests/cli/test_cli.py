@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,13 +23,7 @@ from rljob_cli.main import build_parser, main
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-cpu.yaml"
 NOT_UTF8 = EXAMPLE.read_bytes() + b"# caf\xe9\n"
-TWO_DOCS_SECOND_BAD = (
-    EXAMPLE.read_text() + "---\n" + EXAMPLE.read_text().replace("maxSteps: 25", "maxSteps: -1")
-)
-DUPLICATE_KEY = EXAMPLE.read_text().replace("spec:\n", "spec:\n  suspend: false\n  suspend: true\n", 1)
-A_LIST = yaml.safe_dump(
-    {"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(EXAMPLE.read_text())] * 2}
-)
+EX_TEXT = EXAMPLE.read_text()
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -43,96 +42,274 @@ def write(tmp_path: Path, name: str, data: bytes | str) -> str:
     return str(path)
 
 
-def untrainable(tmp_path: Path) -> str:
+def edited(**grpo: object) -> str:
+    """The example with spec.grpo fields set to these YAML spellings (written as they are)."""
+    text = EXAMPLE.read_text()
+    for key, spelling in grpo.items():
+        text = re.sub(rf"(?m)^(    {key}): .*$", rf"\g<1>: {spelling}", text)
+    assert all(f"    {k}: {v}\n" in text for k, v in grpo.items())
+    return text
+
+
+def untrainable() -> str:
     """A valid RLJob the trainer refuses: a real model size without a checkpoint."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["spec"]["model"]["size"] = "8b"
-    return write(tmp_path, "real.yaml", yaml.safe_dump(doc))
+    return yaml.safe_dump(doc)
 
 
-# (id, argv (with {tmp} files made by the case), exit code, text expected on stdout+stderr)
+def a_list(*items: str) -> str:
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(i) for i in items]})
+
+
+def unreachable_kubeconfig() -> str:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "c",
+            "users": [{"name": "u", "user": {"token": "t"}}],
+        }
+    )
+
+
+@dataclass
+class Case:
+    """One thing a newcomer tries: ``rljob argv`` (``{name}`` = a file of ``files``, ``{tmp}`` the test's
+    folder, ``{busy}`` a port in use), the exit code, texts that must and must not show."""
+
+    id: str
+    argv: list[str]
+    code: int
+    texts: tuple[str, ...]
+    absent: tuple[str, ...] = ()
+    files: dict[str, bytes | str] = field(default_factory=dict)
+    stdin: bytes | None = None
+    kubeconfig: str | None = None  # a file's text for $KUBECONFIG (default: a path that does not exist)
+    process: bool = False  # a real `python -m rljob_cli` process (the trainer binds ports, handles signals)
+    missing: tuple[str, ...] = ()  # modules this case pretends are not installed
+
+
+EX = str(EXAMPLE)
 CASES = [
-    ("version", ["--version"], 0, "rljob "),
-    ("train help lists the train options", ["train", "--help"], 0, "--max-steps N"),
-    ("train help names --metrics-port 0", ["train", "--help"], 0, "0 picks a free port"),
-    ("validate example", ["validate", "-f", str(EXAMPLE)], 0, "RLJob tiny-cpu is valid"),
-    ("validate folder", ["validate", "-f", str(ROOT / "examples")], 0, "RLJob grpo-v5e is valid"),
-    ("validate not UTF-8", ["validate", "-f", "{notutf8}"], 1, "not UTF-8 text (byte 0xe9)"),
-    (
-        "validate multi-doc",
-        ["validate", "-f", "{twodocs}"],
-        1,
-        "(document 2) is invalid:\n  - spec.grpo.maxSteps",
+    Case("version", ["--version"], 0, ("rljob 0.1.0",)),
+    Case("train help lists the train options", ["train", "--help"], 0, ("--max-steps N", "--no-packing")),
+    Case("train help names --metrics-port 0", ["train", "--help"], 0, ("0 picks a free port",)),
+    Case("validate example", ["validate", "-f", EX], 0, ("RLJob tiny-cpu is valid",)),
+    Case("validate folder", ["validate", "-f", str(ROOT / "examples")], 0, ("RLJob grpo-v5e is valid",)),
+    Case(
+        "validate stdin",
+        ["validate", "-f", "-"],
+        0,
+        ("<stdin>: RLJob tiny-cpu is valid",),
+        stdin=EXAMPLE.read_bytes(),
     ),
-    (
+    Case(
+        "validate 1e-6 and 4e-2 are numbers",
+        ["validate", "-f", "{exp}"],
+        0,
+        ("exp.yaml: RLJob tiny-cpu is valid",),
+        files={"exp": edited(learningRate="1e-6", beta="4e-2")},
+    ),
+    Case(
+        "train reads 1e-6 as a number",  # refused for --max-steps 0 only: the file itself was read
+        ["train", "-f", "{exp}", "--max-steps", "0"],
+        2,
+        ("spec.grpo.maxSteps: Input should be greater than or equal to 1",),
+        absent=("learningRate", "beta"),
+        files={"exp": edited(learningRate="1e-6", beta="4e-2")},
+    ),
+    Case(
+        "validate 1e30 in an integer field",
+        ["validate", "-f", "{big}"],
+        1,
+        ("spec.grpo.maxSteps: Input should be less than or equal to",),
+        absent=("valid integer",),
+        files={"big": edited(maxSteps="1e30")},
+    ),
+    Case(
+        "validate not UTF-8",
+        ["validate", "-f", "{latin1}"],
+        1,
+        ("not UTF-8 text (byte 0xe9)",),
+        files={"latin1": NOT_UTF8},
+    ),
+    Case(
+        "validate multi-doc: every document",
+        ["validate", "-f", "{three}"],
+        1,
+        (
+            "three.yaml (document 1) is invalid:\n  - spec.grpo.maxSteps",
+            "three.yaml (document 2) is invalid:\n  - spec.grpo.batchSize",
+            "three.yaml (document 3): RLJob tiny-cpu is valid",
+        ),
+        files={"three": "---\n".join([edited(maxSteps="-1"), edited(batchSize="0"), EXAMPLE.read_text()])},
+    ),
+    Case(
         "validate duplicate key",
         ["validate", "-f", "{dup}"],
         1,
-        'key "suspend" already set in this mapping at line',
+        ('dup.yaml is not valid YAML:\n  - line 14: key "suspend" already set in this mapping at line 13',),
+        files={
+            "dup": EXAMPLE.read_text().replace("spec:\n", "spec:\n  suspend: false\n  suspend: true\n", 1)
+        },
     ),
-    ("validate List", ["validate", "-f", "{list}"], 0, "(items[1]): RLJob tiny-cpu is valid"),
-    ("render not UTF-8", ["render", "-f", "{notutf8}"], 1, "not UTF-8 text (byte 0xe9)"),
-    ("train not UTF-8", ["train", "-f", "{notutf8}"], 2, "not UTF-8 text (byte 0xe9)"),
-    ("train missing file", ["train", "-f", "{tmp}/none.yaml"], 2, "no such file or directory"),
-    ("train untrainable: not 'invalid'", ["train", "-f", "{real}"], 2, "real.yaml cannot be trained:"),
-    ("validate untrainable: valid", ["validate", "-f", "{real}"], 0, "is valid"),
-    ("train bad override", ["train", "-f", str(EXAMPLE), "--max-steps", "0"], 2, "spec.grpo.maxSteps"),
-    ("crd -o unwritable", ["crd", "-o", "{notutf8}/sub"], 1, "error: cannot write"),
-    ("crd --docs without -o", ["crd", "--docs", "{tmp}/api.md"], 0, "kind: CustomResourceDefinition"),
-    ("crd --docs unwritable", ["crd", "--docs", "{notutf8}/api.md"], 1, "error: cannot write"),
-    ("unknown argument", ["validate", "-f", str(EXAMPLE), "--bogus"], 2, "unrecognized arguments: --bogus"),
-    ("no command", [], 2, "required: COMMAND"),
+    Case(
+        "validate List",
+        ["validate", "-f", "{list}"],
+        0,
+        ("(items[1]): RLJob tiny-cpu is valid",),
+        files={"list": a_list(EX_TEXT, EX_TEXT)},
+    ),
+    Case(
+        "validate List: the bad item named",
+        ["validate", "-f", "{list}"],
+        1,
+        (
+            "list.yaml (items[0]): RLJob tiny-cpu is valid",
+            "list.yaml (items[1]) is invalid:\n  - spec.grpo.beta",
+        ),
+        files={"list": a_list(EX_TEXT, edited(beta="-1"))},
+    ),
+    Case(
+        "render not UTF-8",
+        ["render", "-f", "{latin1}"],
+        1,
+        ("not UTF-8 text (byte 0xe9)",),
+        files={"latin1": NOT_UTF8},
+    ),
+    Case(
+        "train not UTF-8",
+        ["train", "-f", "{latin1}"],
+        2,
+        ("not UTF-8 text (byte 0xe9)",),
+        files={"latin1": NOT_UTF8},
+    ),
+    Case("train missing file", ["train", "-f", "{tmp}/none.yaml"], 2, ("no such file or directory",)),
+    Case(
+        "train untrainable: not 'invalid'",
+        ["train", "-f", "{real}"],
+        2,
+        ("real.yaml cannot be trained:",),
+        absent=("invalid",),
+        files={"real": untrainable()},
+    ),
+    Case(
+        "validate untrainable: valid",
+        ["validate", "-f", "{real}"],
+        0,
+        ("is valid",),
+        files={"real": untrainable()},
+    ),
+    Case("train bad override", ["train", "-f", EX, "--max-steps", "0"], 2, ("spec.grpo.maxSteps",)),
+    Case(
+        "train metrics port in use",
+        ["train", "-f", EX, "--metrics-port", "{busy}"],
+        2,
+        (
+            "spec.metrics.port: cannot serve metrics on port {busy}: Address already in use",
+            "--metrics-port 0",
+        ),
+        absent=("Traceback",),
+        process=True,
+    ),
+    Case(
+        "train without JAX and Tunix names the extras",
+        ["train", "-f", EX],
+        2,
+        ("jax and tunix not installed", "pip install 'rljob[trainer]' (CPU) or 'rljob[tpu]' (TPU)"),
+        missing=("jax", "tunix"),
+    ),
+    Case(
+        "crd -o unwritable",
+        ["crd", "-o", "{latin1}/sub"],
+        1,
+        ("error: cannot write",),
+        files={"latin1": NOT_UTF8},
+    ),
+    Case(
+        "crd --docs without -o",
+        ["crd", "--docs", "{tmp}/api.md"],
+        0,
+        ("kind: CustomResourceDefinition", "wrote"),
+    ),
+    Case(
+        "crd --docs unwritable",
+        ["crd", "--docs", "{latin1}/api.md"],
+        1,
+        ("error: cannot write",),
+        files={"latin1": NOT_UTF8},
+    ),
+    Case(
+        "operator without credentials",
+        ["operator", "--connect-timeout", "1"],
+        1,
+        ("rljob operator: no Kubernetes credentials", "KUBECONFIG"),
+    ),
+    Case(
+        "operator with an unreachable apiserver",
+        ["operator", "--connect-timeout", "2"],
+        1,
+        ("rljob operator: cannot reach the Kubernetes API at https://127.0.0.1:", "within 2s"),
+        kubeconfig=unreachable_kubeconfig(),
+    ),
+    Case("unknown argument", ["validate", "-f", EX, "--bogus"], 2, ("unrecognized arguments: --bogus",)),
+    Case("no command", [], 2, ("required: COMMAND",)),
 ]
 
 
-@pytest.mark.parametrize(("case", "argv", "code", "text"), CASES, ids=[c[0] for c in CASES])
-def test_cli_table(tmp_path: Path, capsys, case: str, argv: list[str], code: int, text: str) -> None:
-    files = {
-        "tmp": str(tmp_path),
-        "notutf8": write(tmp_path, "latin1.yaml", NOT_UTF8),
-        "twodocs": write(tmp_path, "two.yaml", TWO_DOCS_SECOND_BAD),
-        "dup": write(tmp_path, "dup.yaml", DUPLICATE_KEY),
-        "list": write(tmp_path, "list.yaml", A_LIST),
-    }
-    if any("{real}" in a for a in argv):
-        files["real"] = untrainable(tmp_path)
-    got, out, err = run([a.format(**files) for a in argv], capsys)
-    assert (got, text in out + err) == (code, True), out + err
-    assert "Traceback" not in err and "is invalid" not in (err if "untrainable" in case else "")
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        yield busy.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=[pytest.mark.slow] if c.process else []) for c in CASES],
+    ids=[c.id for c in CASES],
+)
+def test_cli_table(tmp_path: Path, capsys, monkeypatch, busy_port: int, case: Case) -> None:
+    names = {"tmp": str(tmp_path), "busy": str(busy_port)}
+    names |= {name: write(tmp_path, f"{name}.yaml", data) for name, data in case.files.items()}
+    argv = [a.format(**names) for a in case.argv]
+    kubeconfig = write(tmp_path, "kubeconfig", case.kubeconfig) if case.kubeconfig else "/nonexistent/kc"
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    if case.process:
+        done = subprocess.run(
+            [sys.executable, "-m", "rljob_cli", *argv],
+            input=case.stdin,
+            capture_output=True,
+            timeout=300,
+            cwd=ROOT,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        )
+        code, output = done.returncode, (done.stdout + done.stderr).decode()
+    else:
+        find_spec = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util, "find_spec", lambda n, *a: None if n in case.missing else find_spec(n, *a)
+        )
+        if case.stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(case.stdin)))
+        code, out, err = run(argv, capsys)
+        output = out + err
+    assert code == case.code, output
+    assert [t.format(**names) for t in case.texts if t.format(**names) not in output] == [], output
+    assert [t for t in (*case.absent, "Traceback") if t in output] == [], output
 
 
 def test_crd_docs_without_output_dir_writes_the_docs(tmp_path: Path, capsys) -> None:
     assert run(["crd", "--docs", str(tmp_path / "api.md")], capsys)[0] == 0
     assert (tmp_path / "api.md").read_text().startswith("#")
-
-
-def test_validate_reads_stdin(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(EXAMPLE.read_bytes())))
-    assert run(["validate", "-f", "-"], capsys)[:2] == (0, "<stdin>: RLJob tiny-cpu is valid\n")
-
-
-def test_operator_without_a_cluster_exits_1_with_a_hint(monkeypatch, capsys) -> None:
-    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    code, _, err = run(["operator", "--connect-timeout", "1"], capsys)
-    assert code == 1 and "no Kubernetes credentials" in err and "KUBECONFIG" in err
-
-
-def test_operator_with_an_unreachable_apiserver_gives_up_in_bounded_time(tmp_path, monkeypatch, capsys):
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-        "users": [{"name": "u", "user": {"token": "t"}}],
-    }
-    monkeypatch.setenv("KUBECONFIG", write(tmp_path, "kc", yaml.safe_dump(kubeconfig)))
-    code, _, err = run(["operator", "--connect-timeout", "2"], capsys)
-    assert code == 1 and f"cannot reach the Kubernetes API at https://127.0.0.1:{port} within 2s" in err
 
 
 def test_every_option_has_help() -> None:
@@ -167,25 +344,6 @@ def test_metrics_port_0_picks_a_free_port() -> None:
         sock.bind(("", port))  # free, as promised
 
 
-@pytest.mark.slow
-def test_trainer_with_its_metrics_port_in_use_exits_2_with_a_hint() -> None:
-    with socket.socket() as busy:
-        busy.bind(("0.0.0.0", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "rljob_cli", "train", "-f", str(EXAMPLE), "--metrics-port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=ROOT,
-            env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        )
-    assert done.returncode == 2, done.stderr
-    assert f"spec.metrics.port: cannot serve metrics on port {port}" in done.stderr
-    assert "--metrics-port 0" in done.stderr and "Traceback" not in done.stderr
-
-
 def test_operator_help_passes_through() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "rljob_cli", "operator", "--help"], cwd=ROOT, capture_output=True, text=True
@@ -209,3 +367,11 @@ def test_the_api_package_imports_no_upper_layer() -> None:
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             bad += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in upper]
     assert bad == []
+
+
+def test_the_extras_the_messages_name_exist() -> None:
+    """The trainer's message names rljob[trainer] and rljob[tpu]: both are extras, and tpu brings JAX's TPU
+    wheel (pip resolves it: docs/trainer.md)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {"trainer", "tpu"} <= extras.keys()
+    assert "rljob[trainer]" in extras["tpu"] and any(d.startswith("jax[tpu]==") for d in extras["tpu"])
