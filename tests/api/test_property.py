@@ -43,3 +43,21 @@ def test_validation_never_crashes(obj: object) -> None:
         assert exc.errors
         return
     assert isinstance(job, RLJob)
+
+
+def test_most_generated_manifests_are_valid() -> None:
+    """The strategy sits near every boundary but mostly inside, so the properties above (and the CEL
+    agreement tests) check accepted specs, not only refusals (it once gave ~10 valid of 300)."""
+    valid: list[bool] = []
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(rljob_manifests())
+    def draw(obj: dict) -> None:
+        try:
+            parse_rljob(obj)
+            valid.append(True)
+        except RLJobError:
+            valid.append(False)
+
+    draw()
+    assert sum(valid) >= 0.6 * len(valid), f"{sum(valid)} of {len(valid)} generated manifests are valid"
