@@ -97,12 +97,23 @@ def argument_lists(command: str) -> st.SearchStrategy[list[str]]:
     return st.tuples(first, extra, tail).map(lambda p: [*p[0], *(x for o in p[1] for x in o), *p[2]])
 
 
+top_level = st.lists(  # `rljob` itself: no command, an unknown one, its own options, random tokens
+    st.sampled_from(["--version", "--help", "-h", "--bogus", "-", "--", "lint", *COMMANDS])
+    | st.text(alphabet="abc-_.=019 {}\"'", max_size=10),
+    max_size=3,
+)
+
+
 def _fake_train(job, callbacks=None):
     return types.SimpleNamespace(recorder=StepRecorder(max_steps=job.spec.grpo.maxSteps, packed=False))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(COMMANDS).flatmap(argument_lists), contents(), contents())
+@given(
+    st.sampled_from([*COMMANDS, "rljob"]).flatmap(lambda c: top_level if c == "rljob" else argument_lists(c)),
+    contents(),
+    contents(),
+)
 def test_no_traceback_in_process(argv: list[str], data: bytes, stdin: bytes) -> None:
     for path in WORK.iterdir():  # what an earlier example wrote (crd -o .) must not be read by -f .
         path.unlink() if path.is_file() else None
@@ -123,10 +134,12 @@ def test_no_traceback_in_process(argv: list[str], data: bytes, stdin: bytes) -> 
         os.chdir(old[0])
         trainer_main.train, sys.stdin = old[1], old[2]
         os.environ.pop("KUBECONFIG") if old[3] is None else os.environ.__setitem__("KUBECONFIG", old[3])
-    event(f"{argv[0]} exit {code}")  # --hypothesis-show-statistics: every command reaches 0, 1 and 2
+    event(
+        f"{argv[0] if argv and argv[0] in COMMANDS else 'rljob'} exit {code}"
+    )  # --hypothesis-show-statistics: every command reaches 0, 1 and 2
     assert code in (0, 1, 2), (argv, err.getvalue())
     assert "Traceback" not in err.getvalue()
-    if code == 1 and argv[0] in ("validate", "render"):
+    if code == 1 and argv[:1] in (["validate"], ["render"]):
         assert err.getvalue().startswith("error: ")
 
 
