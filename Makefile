@@ -23,9 +23,11 @@ venv:
 
 # The main job: a tiny packed GRPO run on CPU from examples/tiny-cpu.yaml, metrics on localhost:9464.
 # DEMO_LINGER=60 keeps /metrics up that many seconds after the run, to look at the final values.
+# DEMO_ARGS: more `rljob train` options, e.g. DEMO_ARGS='--metrics-port 0' beside another running demo.
 DEMO_LINGER ?= 0
+DEMO_ARGS ?=
 demo: venv
-	JAX_PLATFORMS=cpu RLJOB_METRICS_LINGER_SECONDS=$(DEMO_LINGER) .venv/bin/rljob train -f examples/tiny-cpu.yaml
+	JAX_PLATFORMS=cpu RLJOB_METRICS_LINGER_SECONDS=$(DEMO_LINGER) .venv/bin/rljob train -f examples/tiny-cpu.yaml $(DEMO_ARGS)
 
 # Every test tier (builds and starts the simulated cluster as needed).
 test:

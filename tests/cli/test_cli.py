@@ -213,7 +213,7 @@ CASES = [
         2,
         (
             "spec.metrics.port: cannot serve metrics on port {busy}: Address already in use",
-            "--metrics-port 0",
+            "--metrics-port 0 for a free one (make demo DEMO_ARGS='--metrics-port 0')",
         ),
         absent=("Traceback",),
         process=True,

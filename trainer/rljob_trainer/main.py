@@ -135,7 +135,7 @@ def train(
             [
                 f"spec.metrics.port: cannot serve metrics on port {port}: {exc.strerror or exc} "
                 "(another trainer, or an earlier `make demo`, still running?); choose another with "
-                "--metrics-port PORT, or --metrics-port 0 for a free one"
+                "--metrics-port PORT, or --metrics-port 0 for a free one (make demo DEMO_ARGS='--metrics-port 0')"
             ],
             job.metadata.name,
             "cannot be trained on this host",
