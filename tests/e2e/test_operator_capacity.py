@@ -80,13 +80,36 @@ def pool_of(ns: str, name: str) -> str | None:
     ids=["spot", "reservation", "flex-start"],
 )
 def test_operator_capacity_pod_lands_on_its_pool(
-    namespace: str, operator: OperatorProcess, capacity: dict[str, Any], pool: str
+    namespace: str, operator: OperatorProcess, capacity_nodes: list[str], capacity: dict[str, Any], pool: str
 ) -> None:
-    kubectl("apply", "-n", namespace, "-f", "-", input=_yaml(rljob("cap", capacity)))
+    """Only on its pool: while that pool is cordoned the pod stays Pending, although three pools of the same
+    shape have room; uncordoned, it lands there."""
+    own = [n for n in capacity_nodes if get("node", n)["metadata"]["labels"][POOL] == pool]
+    assert own, capacity_nodes
+    for node in own:
+        kubectl("cordon", node)
     try:
+        kubectl("apply", "-n", namespace, "-f", "-", input=_yaml(rljob("cap", capacity)))
+        pods = wait_for(
+            lambda: list_items("pods", namespace, "rljob.dev/name=cap"), timeout=120, message="pod"
+        )
+        wait_for(
+            lambda: any(
+                e.get("reason") == "FailedScheduling"
+                and e["involvedObject"].get("name") == pods[0]["metadata"]["name"]
+                for e in list_items("events", namespace)
+            ),
+            timeout=60,
+            message="FailedScheduling while its pool is cordoned",
+        )
+        assert pool_of(namespace, "cap") is None, "scheduled onto another pool"
+        for node in own:
+            kubectl("uncordon", node)
         landed = wait_for(lambda: pool_of(namespace, "cap"), timeout=120, message="trainer pod scheduled")
         assert landed == pool
     finally:
+        for node in own:
+            kubectl("uncordon", node, check=False)
         print(operator.tail())
         kubectl("delete", "rljobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
 
