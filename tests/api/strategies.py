@@ -43,6 +43,8 @@ _ENV = [
         "valueFrom": {"configMapKeyRef": {"name": "tpu", "key": "a", "optional": True}},
     },
     {"name": "EMPTY", "value": ""},
+    {"name": "LR", "value": "1e-5"},  # strings kubectl reads as a number or a boolean when written bare
+    {"name": "FLAG", "value": "y"},
 ]
 # (volume, where it is mounted)
 _VOLUMES = [
