@@ -145,7 +145,7 @@ def test_missing_config_file_exits_2(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     assert proc.returncode == 2
-    assert "--config" in proc.stderr
+    assert f"{tmp_path / 'none.yaml'} cannot be read" in proc.stderr
 
 
 def test_crash_exits_1(tmp_path: Path) -> None:

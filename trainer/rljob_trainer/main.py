@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
             )
         workload = startup.prepare(job)  # downloads, tokenizer, data, rewards: still before JAX
     except RLJobError as exc:
-        print(f"--config: {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)  # names the file: --config here, -f for `rljob train`
         return EXIT_BAD_CONFIG
     except sources.SourceUnavailable as exc:  # the network or a server failed: a retry may work
         print(f"source unavailable (retryable): {exc}", file=sys.stderr)
