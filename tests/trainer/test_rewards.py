@@ -1,12 +1,20 @@
 """Rewards: the built-in math reward with the real math-verify (equivalent answers score 1, others 0); every
-built-in, the weights and a custom ``module:function`` reward called through Tunix's own reward manager."""
+built-in, the weights and a custom ``module:function`` reward called through Tunix's own reward manager;
+the math reward and failing rewards called from a worker thread, as Tunix's learner calls them (a whole GRPO
+run with every built-in: test_rewards_grpo.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from rljob_trainer import rewards
+from rljob_trainer.math_worker import MathVerifier, MathVerifyError
+from rljob_trainer.rewards import RewardError
 
 from rljob.api.workload import RewardSpec
 
@@ -114,3 +122,103 @@ def test_custom_reward_without_kwargs_is_refused_naming_the_field(
             [RewardSpec(name="mathAnswer"), RewardSpec(function="team_rewards_strict:named_columns_only")],
             "answer",
         )
+
+
+# --- Where Tunix calls them: its data thread (RLLearner.executor), not the main thread -----------------------
+
+
+def in_a_thread(fn: Callable[[], object]) -> object:
+    """``fn()`` called from a worker thread, as Tunix's learner calls rewards; its exception re-raised."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn).result()
+
+
+def test_math_answer_off_the_main_thread() -> None:
+    """math-verify's timeouts use signal.alarm, which raises ValueError outside the main thread: the reward
+    must still score (issue 25's reproduction), and score like in the main thread."""
+    completions = ["<answer>62</answer>", "<answer>61</answer>", "<answer>$\\frac{124}{2}$</answer>"]
+    got = in_a_thread(lambda: rewards.math_answer(completions, ["#### 62"] * 3))
+    assert got == [1.0, 0.0, 1.0]
+
+
+def test_pathological_answer_times_out_off_the_main_thread() -> None:
+    """A tower of powers sympy cannot compare in time scores 0 within math-verify's timeout (1 s here), is
+    counted, and the worker answers the next one."""
+    verifier = MathVerifier(timeout_s=1)
+    try:
+        started = time.monotonic()
+        got = in_a_thread(lambda: verifier.score([("$9^{9^{9^{9}}}$", "$7$"), ("$7$", "$7$")]))
+        assert got == [0.0, 1.0]
+        assert verifier.timeouts == 1
+        assert time.monotonic() - started < 30  # worker start-up (about a second) + the 1 s timeout
+    finally:
+        verifier.close()
+
+
+def test_worker_that_does_not_answer_is_replaced() -> None:
+    """A computation no signal interrupts: the trainer stops waiting at hard_limit_s, scores 0, kills the
+    worker and starts another for the next answer."""
+    verifier = MathVerifier(timeout_s=30, hard_limit_s=1)
+    try:
+        verifier.score([("$1$", "$1$")])  # started (start-up is not counted in hard_limit_s)
+        started = time.monotonic()
+        assert in_a_thread(lambda: verifier.score([("$9^{9^{9^{9}}}$", "$7$")])) == [0.0]
+        assert time.monotonic() - started < 10
+        assert verifier.timeouts == 1
+        assert verifier.score([("3", "$3$")]) == [1.0]
+    finally:
+        verifier.close()
+
+
+def test_worker_failure_raises_instead_of_scoring_0() -> None:
+    """An environment problem is not a wrong answer: a worker that dies mid-answer raises."""
+    verifier = MathVerifier(timeout_s=30)
+    try:
+        verifier.score([("$1$", "$1$")])
+        proc = verifier._proc
+        assert proc is not None
+        threading.Timer(0.5, proc.kill).start()
+        with pytest.raises(MathVerifyError, match="worker ended"):
+            verifier.score([("$9^{9^{9^{9}}}$", "$7$")])
+    finally:
+        verifier.close()
+
+
+RAISING = """
+def broken(prompts, completions, **columns):
+    return [len(c) / columns["missing_column"] for c in completions]
+
+def short(prompts, completions, **columns):
+    return [0.0]
+
+def nothing(prompts, completions, **columns):
+    return None
+
+def nan(prompts, completions, **columns):
+    return [float("nan") for _ in completions]
+"""
+
+
+@pytest.mark.parametrize(
+    ("function", "message"),
+    [
+        (
+            "broken",
+            r"team_rewards_raising:broken raised KeyError: 'missing_column' \(at .*team_rewards_raising\.py:3 in .*\)",
+        ),
+        ("short", r"team_rewards_raising:short returned 1 values for 3 completions"),
+        ("nothing", r"team_rewards_raising:nothing must return one number per completion, got None"),
+        ("nan", r"team_rewards_raising:nan returned nan \(rewards must be finite numbers\)"),
+    ],
+)
+def test_failing_reward_raises_reward_error_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, function: str, message: str
+) -> None:
+    """Through Tunix's reward manager in a worker thread: the error names spec.rewards[i] and says why, so
+    the trainer can exit 2 (a bug fails the same way on every retry) instead of 1."""
+    (tmp_path / "team_rewards_raising.py").write_text(RAISING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    specs = [RewardSpec(name="exactMatch"), RewardSpec(function=f"team_rewards_raising:{function}")]
+    with pytest.raises(RewardError, match=rf"^spec\.rewards\[1\]: {message}") as caught:
+        in_a_thread(lambda: tunix_rewards(specs))
+    assert caught.value.field == "spec.rewards[1]"

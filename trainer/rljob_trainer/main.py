@@ -5,7 +5,8 @@ with the JobSet's failure policy:
 
 * 0: trained to the end.
 * 2: bad config (invalid RLJob, unknown model family/size, missing checkpoint, row too short, engine not
-  usable here). Not retryable: every line on stderr names the field (``spec.model.checkpointPath: ...``).
+  usable here, a reward function that raised). Not retryable: every line on stderr names the field
+  (``spec.model.checkpointPath: ...``, ``spec.rewards[1]: ...``).
 * 1: anything else (a crash, a preempted host, ...). Retryable.
 * 143: stopped by SIGTERM after finishing the step and saving a checkpoint (docs/observability.md).
   Retryable: the restarted trainer resumes from that checkpoint.
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
-from rljob_trainer import models, rollout, sigterm, sources, startup
+from rljob_trainer import models, rewards, rollout, sigterm, sources, startup
 from rljob_trainer.console import console
 from rljob_trainer.options import add_train_options
 from rljob_trainer.progress import StepCallback, StepRecorder, summary
@@ -157,7 +158,14 @@ def train(
             [f"spec.packing.maxSeqTokenPerTpu: {exc}"], job.metadata.name, "cannot be trained"
         ) from None
     start = ckpt.resume(run)  # newest readable checkpoint (0: none)
-    run.train(workload.data.batches(ckpt.resumed_position, spec.grpo.maxSteps - start))
+    try:
+        run.train(workload.data.batches(ckpt.resumed_position, spec.grpo.maxSteps - start))
+    except Exception as exc:  # Tunix re-raises its reward thread's error here (RLLearner's future.result())
+        failed = rewards.find_reward_error(exc)
+        if failed is None:
+            raise
+        # a reward's bug fails the same way on every retry: exit 2 naming spec.rewards[i], no traceback
+        raise RLJobError([str(failed)], job.metadata.name, "stopped: a reward function failed") from None
     ckpt.close()
     return run
 

@@ -4,17 +4,24 @@ Tunix's reward manager calls every function as ``fn(prompts=[...], completions=[
 dataset's other columns of the batch, one value per completion) and sums their results; here each one is
 wrapped to multiply by its weight and to find the reference answer under ``spec.data.answerField``.
 ``build`` imports and checks everything before JAX is imported, so a bad reward exits 2 in a second.
+
+Tunix calls the functions in its data thread; one that raises (or returns no list of one number per
+completion) raises ``RewardError`` naming ``spec.rewards[i]``, which the trainer turns into exit 2: the same
+input would fail the same way on every retry.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import re
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from rljob.api.workload import RewardSpec
+from rljob_trainer.math_worker import MathVerifier
 
 RewardFn = Callable[..., list[float]]
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -34,19 +41,20 @@ def reference_answer(answer: Any) -> str:
     return (found.group(1) if found else text).strip()
 
 
-def math_answer(completions: Sequence[str], answers: Sequence[Any], **_: Any) -> list[float]:
-    """1.0 when math-verify finds the completion's answer equivalent to the reference, else 0.0."""
-    from math_verify import parse, verify
+_VERIFIER = MathVerifier()
+"""The math-verify worker process behind ``math_answer`` (started at its first call)."""
 
-    out = []
-    for completion, answer in zip(completions, answers, strict=True):
-        gold = parse(f"${reference_answer(answer)}$")
-        guess = parse(extract_answer(completion))
-        try:
-            out.append(1.0 if gold and guess and verify(gold, guess) else 0.0)
-        except Exception:  # math-verify raises on some malformed expressions: not a match
-            out.append(0.0)
-    return out
+
+def math_answer(completions: Sequence[str], answers: Sequence[Any], **_: Any) -> list[float]:
+    """1.0 when math-verify finds the completion's answer equivalent to the reference, else 0.0.
+
+    Works from any thread (math-verify runs in a worker process: ``math_worker``); an answer math-verify
+    cannot parse or compare scores 0, as one that times out does (with a warning); a worker failure raises.
+    """
+    pairs = [
+        (extract_answer(c), f"${reference_answer(a)}$") for c, a in zip(completions, answers, strict=True)
+    ]
+    return _VERIFIER.score(pairs)
 
 
 def exact_match(completions: Sequence[str], answers: Sequence[Any], **_: Any) -> list[float]:
@@ -83,15 +91,33 @@ def _builtin(spec: RewardSpec, index: int) -> tuple[RewardFn, bool]:
     if spec.name == "answerCharFraction":
         return answer_char_fraction, True
     if spec.name == "regex":
-        try:
-            compiled = re.compile(spec.pattern or "", re.DOTALL)
-        except re.error as exc:
-            raise ValueError(f"{field}.pattern: not a regular expression: {exc}") from None
+        compiled = compile_pattern(spec, index)
         return (lambda completions, answers, **kw: regex_reward(completions, compiled)), False
     if spec.name == "lengthPenalty":
         limit = spec.maxLength or 1
         return (lambda completions, answers, **kw: length_penalty(completions, limit)), False
     raise ValueError(f"{field}.name: unknown reward {spec.name!r}")
+
+
+def compile_pattern(spec: RewardSpec, index: int) -> re.Pattern[str]:
+    """The regex reward's pattern, compiled as the reward searches it. Raises ValueError naming the field
+    (the CRD cannot check it: the apiserver's regular expressions are RE2, the reward's Python's)."""
+    try:
+        return re.compile(spec.pattern or "", re.DOTALL)
+    except re.error as exc:
+        raise ValueError(f"spec.rewards[{index}].pattern: not a Python regular expression: {exc}") from None
+
+
+def pattern_errors(specs: Sequence[RewardSpec]) -> list[str]:
+    """``path: message`` for every regex reward whose pattern does not compile (``rljob validate``)."""
+    errors = []
+    for i, spec in enumerate(specs):
+        if spec.name == "regex":
+            try:
+                compile_pattern(spec, i)
+            except ValueError as exc:
+                errors.append(str(exc))
+    return errors
 
 
 def _custom(spec: RewardSpec, index: int) -> RewardFn:
@@ -124,25 +150,74 @@ def _custom(spec: RewardSpec, index: int) -> RewardFn:
     return fn
 
 
+class RewardError(Exception):
+    """A reward function failed while training: ``field`` is ``spec.rewards[i]``, the message says how."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def find_reward_error(exc: BaseException | None) -> RewardError | None:
+    """The RewardError that ``exc`` is or was raised from (Tunix re-raises its thread's exception)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, RewardError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def build(specs: Sequence[RewardSpec], answer_field: str) -> list[RewardFn]:
     """Tunix reward functions for ``specs``, weighted. Raises ValueError naming the field."""
     fns = []
     for i, spec in enumerate(specs):
         if spec.function:
-            fns.append(_weighted(_custom(spec, i), spec.weight, spec.function, answer_field, custom=True))
+            fn, label = _custom(spec, i), spec.function
         else:
-            fn, _ = _builtin(spec, i)
-            fns.append(_weighted(fn, spec.weight, spec.name or "", answer_field, custom=False))
+            fn, label = _builtin(spec, i)[0], spec.name or ""
+        fns.append(_weighted(fn, spec.weight, label, answer_field, i, custom=bool(spec.function)))
     return fns
 
 
-def _weighted(fn: RewardFn, weight: float, name: str, answer_field: str, custom: bool) -> RewardFn:
+def _weighted(
+    fn: RewardFn, weight: float, name: str, answer_field: str, index: int, custom: bool
+) -> RewardFn:
+    field = f"spec.rewards[{index}]"
+
     def reward(prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> list[float]:
-        if custom:
-            values = fn(prompts=prompts, completions=completions, **columns)
-        else:
-            values = fn(completions=list(completions), answers=list(columns.get(answer_field, [])))
-        return [weight * float(v) for v in values]
+        try:
+            if custom:
+                values = fn(prompts=prompts, completions=completions, **columns)
+            else:
+                values = fn(completions=list(completions), answers=list(columns.get(answer_field, [])))
+        except Exception as exc:
+            raise RewardError(field, f"{name} raised {_describe(exc)}") from exc
+        return [weight * v for v in _checked(values, len(completions), field, name)]
 
     reward.__name__ = re.sub(r"\W", "_", name)  # Tunix logs rewards by function name
     return reward
+
+
+def _checked(values: Any, count: int, field: str, name: str) -> list[float]:
+    """``values`` as one finite float per completion, or RewardError saying what came back instead."""
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError) as exc:
+        raise RewardError(
+            field, f"{name} must return one number per completion, got {values!r:.200} ({exc})"
+        ) from None
+    if len(out) != count:
+        raise RewardError(field, f"{name} returned {len(out)} values for {count} completions")
+    bad = [v for v in out if not math.isfinite(v)]
+    if bad:
+        raise RewardError(field, f"{name} returned {bad[0]} (rewards must be finite numbers)")
+    return out
+
+
+def _describe(exc: Exception) -> str:
+    """``ValueError: boom (at team_rewards.py:12 in score)``: the error and the innermost frame raising it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
