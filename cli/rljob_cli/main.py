@@ -13,7 +13,8 @@ import importlib.metadata
 import sys
 from pathlib import Path
 
-from rljob.api import load_manifests
+from rljob.api import RLJobError, load_manifests
+from rljob.api.spec import RLJob
 
 FILENAME_HELP = (
     "RLJob manifest: a file, a folder (its .yaml/.yml/.json files) or - for stdin; multi-document files "
@@ -35,12 +36,25 @@ def _error(message: object) -> None:
 def _validate(args: argparse.Namespace) -> int:
     status = 0
     for found in load_manifests(args.filename):
+        errors = _reward_errors(found.job) if found.job is not None else []
         if found.error is not None:
             _error(found.error)
+            status = 1
+        elif errors:
+            _error(RLJobError(errors, found.where))
             status = 1
         elif found.job is not None:
             print(f"{found.where}: RLJob {found.job.metadata.name} is valid")
     return status
+
+
+def _reward_errors(job: RLJob) -> list[str]:
+    """What the CRD cannot check but every trainer would refuse: regex patterns Python cannot compile (the
+    apiserver's regular expressions are RE2). The trainer's own check (rljob_trainer.rewards), which imports
+    nothing heavy."""
+    from rljob_trainer.rewards import pattern_errors
+
+    return pattern_errors(job.spec.rewards or ())
 
 
 def _write(path: Path, text: str) -> bool:

@@ -58,6 +58,13 @@ def untrainable() -> str:
     return yaml.safe_dump(doc)
 
 
+def bad_regex() -> str:
+    """The example with a second reward whose pattern Python cannot compile (the CRD cannot tell: RE2)."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["rewards"].append({"name": "regex", "pattern": "<answer>(\\d+</answer>"})
+    return yaml.safe_dump(doc)
+
+
 def a_list(*items: str) -> str:
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(i) for i in items]})
 
@@ -211,6 +218,25 @@ CASES = [
         0,
         ("is valid",),
         files={"real": untrainable()},
+    ),
+    Case(
+        "validate regex that does not compile",
+        ["validate", "-f", "{rx}"],
+        1,
+        (
+            "rx.yaml is invalid:",
+            "spec.rewards[1].pattern: not a Python regular expression: missing ), unterminated subpattern",
+        ),
+        absent=("is valid", "Traceback"),
+        files={"rx": bad_regex()},
+    ),
+    Case(
+        "train regex that does not compile",
+        ["train", "-f", "{rx}"],
+        2,
+        ("spec.rewards[1].pattern: not a Python regular expression",),
+        absent=("Traceback",),
+        files={"rx": bad_regex()},
     ),
     Case("train bad override", ["train", "-f", EX, "--max-steps", "0"], 2, ("spec.grpo.maxSteps",)),
     Case(
