@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rljob.api.base import Model, PathStr
+from rljob.api.base import Model
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -22,6 +22,12 @@ ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBD
 VolumeName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
 _SEGMENT = r"([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+)"  # a path segment other than "." and ".."
 AbsolutePath = Annotated[str, Field(min_length=2, max_length=1024, pattern=rf"^(/{_SEGMENT})+$")]
+_IN_VOLUME = rf"({_SEGMENT}|\.)"  # "." and empty segments (a//b) are allowed, ".." is not
+InVolumePath = Annotated[
+    str, Field(min_length=1, max_length=1024, pattern=rf"^{_IN_VOLUME}(/{_IN_VOLUME}?)*$")
+]
+"""A relative path without ".." elements, as the apiserver's pod validation requires of a subPath
+(validateLocalDescendingPath); caught at admission, not when the Job creates the pod."""
 
 CONFIG_DIR = "/etc/rljob"
 """Where the operator mounts the trainer's config (``rljob.yaml``); no user mount may cover it."""
@@ -172,8 +178,8 @@ class VolumeMount(Model):
     """Absolute path; not /etc/rljob (the trainer's config) nor /dev/shm (always mounted)."""
     readOnly: bool = False
     """Mount read-only."""
-    subPath: PathStr | None = None
-    """Mount only this path inside the volume."""
+    subPath: InVolumePath | None = None
+    """Mount only this path inside the volume: relative, without ".." elements."""
 
 
 VOLUME_SOURCES: tuple[str, ...] = ("csi", "persistentVolumeClaim", "secret", "configMap", "emptyDir")

@@ -14,6 +14,12 @@ _GCS = {
 _SECRET_ENV = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
 
 
+def _sub_path(sub: str) -> dict[str, Any]:
+    """The base manifest with the GCS volume mounted at /data from ``sub`` inside it."""
+    mount = {"name": "data", "mountPath": "/data", "subPath": sub}
+    return manifest({"volumes": [_GCS], "volumeMounts": [mount]})
+
+
 def capacity(**fields: Any) -> dict[str, Any]:
     return manifest({"tpu": {"capacity": fields}})
 
@@ -173,6 +179,21 @@ POD_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         "relative mount path",
         manifest({"volumes": [_GCS], "volumeMounts": [{"name": "data", "mountPath": "data"}]}),
         "spec.volumeMounts[0].mountPath",
+    ),
+    # subPath as the apiserver's pod validation takes it (validateLocalDescendingPath): relative, no ".."
+    # element; refused at admission, not when the Job's pod is created
+    *(
+        (f"subPath {sub!r}", _sub_path(sub), None if ok else "spec.volumeMounts[0].subPath")
+        for sub, ok in (
+            ("hf/qwen3", True),
+            ("./a//b/", True),
+            ("..cache/a..b/...", True),
+            ("..", False),
+            ("../secrets", False),
+            ("a/../../etc", False),
+            ("a/..", False),
+            ("/abs", False),
+        )
     ),
     ("service account", manifest({"serviceAccountName": "trainer-wi"}), None),
     ("service account upper case", manifest({"serviceAccountName": "Trainer"}), "spec.serviceAccountName"),
