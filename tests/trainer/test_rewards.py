@@ -142,15 +142,17 @@ def test_math_answer_off_the_main_thread() -> None:
 
 
 def test_pathological_answer_times_out_off_the_main_thread() -> None:
-    """A tower of powers sympy cannot compare in time scores 0 within math-verify's timeout (1 s here), is
-    counted, and the worker answers the next one."""
+    """A tower of powers sympy cannot compare in time scores 0 within math-verify's own timeout (1 s here,
+    well under the 16 s after which the trainer would give up on the worker), is counted, and the worker
+    answers the next one."""
     verifier = MathVerifier(timeout_s=1)
     try:
+        verifier.score([("$1$", "$1$")])  # started: start-up is not what this test times
         started = time.monotonic()
         got = in_a_thread(lambda: verifier.score([("$9^{9^{9^{9}}}$", "$7$"), ("$7$", "$7$")]))
         assert got == [0.0, 1.0]
         assert verifier.timeouts == 1
-        assert time.monotonic() - started < 30  # worker start-up (about a second) + the 1 s timeout
+        assert time.monotonic() - started < 8
     finally:
         verifier.close()
 

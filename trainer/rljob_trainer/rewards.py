@@ -12,6 +12,7 @@ input would fail the same way on every retry.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import inspect
 import math
@@ -43,6 +44,7 @@ def reference_answer(answer: Any) -> str:
 
 _VERIFIER = MathVerifier()
 """The math-verify worker process behind ``math_answer`` (started at its first call)."""
+atexit.register(_VERIFIER.close)
 
 
 def math_answer(completions: Sequence[str], answers: Sequence[Any], **_: Any) -> list[float]:
