@@ -70,10 +70,9 @@ OP_SEL = 'rljob_namespace=~"$namespace", rljob=~"$rljob"'
 
 
 def _rate(name: str, by: str = BY, extra: str = "", distinct: str = "") -> str:
-    """Rate of a counter summed by ``by``, per process first, as the alert rules take it: a second scrape
-    of the same pod is collapsed (max by pod and the ``by``/``distinct`` labels), then a process's pods
-    within the window (a JobSet restart, a rescheduled pod: each covers part of it) are added.
-    Averaging or taking the max over raw series instead reads about half across every restart."""
+    """Rate of a counter summed by ``by``, per process first as the alert rules do: a second scrape of a
+    pod collapsed (max by pod), a process's pods in the window added (a restart splits it between them;
+    averaging raw series read about half across every restart)."""
     labels = [x.strip() for x in f"{BY}, process, pod, {by}, {distinct}".split(",") if x.strip()]
     key = ", ".join(dict.fromkeys(labels))
     return f"sum by ({by}) (max by ({key}) (rate({name}{{{SEL}{extra}}}[$__rate_interval])))"
@@ -126,8 +125,7 @@ def _variables() -> list[dict[str, Any]]:
     ]
 
 
-COMPILE = ', kind="compile"'
-"""Selector suffix for the compile seconds of rljob_trainer_time_seconds_total."""
+COMPILE = ', kind="compile"'  # the compile seconds of rljob_trainer_time_seconds_total
 
 
 def _trainer_panels() -> list[dict[str, Any]]:
