@@ -8,6 +8,12 @@ events or restarts (the status they come from lives on the RLJob, not in the ope
 Per-RLJob series name the RLJob's namespace ``rljob_namespace``, not ``namespace``: the scrape target's
 ``namespace`` (the operator's) would overwrite it. The alert rules copy it into ``namespace`` with
 ``label_replace`` to join with the trainer's series.
+
+Why ``rljob_operator_rljob_status_phase_timestamp_seconds`` beside the phase series: when a phase changes,
+Prometheus marks the old phase's series stale, but GKE Managed Prometheus writes no staleness markers and
+keeps showing it for 5 minutes. The rules therefore read an RLJob's phase as the one with the newest
+timestamp (a value), never as "the series that exists", the same way they read the trainer's last-step
+timestamp.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ RECONCILE_DURATION = "rljob_operator_reconcile_duration_seconds"
 RECONCILE_ERRORS = "rljob_operator_reconcile_errors_total"
 RLJOBS = "rljob_operator_rljobs"
 RLJOB_PHASE = "rljob_operator_rljob_status_phase"
+RLJOB_PHASE_TIMESTAMP = "rljob_operator_rljob_status_phase_timestamp_seconds"
 RLJOB_RESTARTS = "rljob_operator_rljob_restarts"
 
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
@@ -54,6 +61,7 @@ class OperatorMetrics:
             RLJOBS, "RLJobs by phase, as last seen by this operator.", ["phase"], registry=self.registry
         )
         self._phases: dict[tuple[str, str], str] = {}
+        self._since: dict[tuple[str, str], float] = {}
         self._restarts: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         for phase in PHASES:
@@ -77,14 +85,21 @@ class OperatorMetrics:
     def error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()
 
-    def set_phase(self, namespace: str, name: str, phase: str | None, restarts: int = 0) -> None:
-        """Record an RLJob's phase and restarts (phase None: the RLJob is gone) and recompute the gauge."""
+    def set_phase(
+        self, namespace: str, name: str, phase: str | None, restarts: int = 0, now: float | None = None
+    ) -> None:
+        """Record an RLJob's phase and restarts (phase None: the RLJob is gone) and recompute the gauge.
+
+        The time the phase was first seen (``now``, default the wall clock) is kept until it changes."""
         with self._lock:
             key = (namespace, name)
             if phase is None:
                 self._phases.pop(key, None)
                 self._restarts.pop(key, None)
+                self._since.pop(key, None)
             else:
+                if self._phases.get(key) != phase:
+                    self._since[key] = time.time() if now is None else now
                 self._phases[key] = phase
                 self._restarts[key] = restarts
             counts = dict.fromkeys(PHASES, 0)
@@ -97,15 +112,19 @@ class OperatorMetrics:
         with self._lock:
             return len(self._phases)
 
-    def per_rljob(self) -> list[tuple[str, str, str, int]]:
-        """(namespace, name, phase, restarts) of every RLJob the operator knows, sorted."""
+    def per_rljob(self) -> list[tuple[str, str, str, int, float]]:
+        """(namespace, name, phase, restarts, phase seen since) of every RLJob the operator knows, sorted."""
         with self._lock:
-            return sorted((ns, n, p, self._restarts.get((ns, n), 0)) for (ns, n), p in self._phases.items())
+            return sorted(
+                (ns, n, p, self._restarts.get((ns, n), 0), self._since[(ns, n)])
+                for (ns, n), p in self._phases.items()
+            )
 
 
 class _PerRLJob:
-    """One ``rljob_operator_rljob_status_phase`` series (value 1, label = current phase) and one restarts
-    series per RLJob, built at scrape time, so a phase change or a deleted RLJob leaves no stale series."""
+    """Per RLJob, built at scrape time (a phase change or a deleted RLJob leaves no series behind in this
+    exposition): ``rljob_operator_rljob_status_phase`` (value 1, label = current phase), the Unix time the
+    operator saw it enter that phase (same labels), and its restarts."""
 
     def __init__(self, metrics: OperatorMetrics) -> None:
         self._metrics = metrics
@@ -118,15 +137,24 @@ class _PerRLJob:
             "The RLJob's status.phase (value 1; like kube-state-metrics).",
             labels=[*labels, "phase"],
         )
+        since = GaugeMetricFamily(
+            RLJOB_PHASE_TIMESTAMP,
+            "Unix time this operator saw the RLJob enter its current phase (the label); the newest one per "
+            "RLJob is its phase, also where a previous phase's series is still visible (GKE Managed "
+            "Prometheus keeps it 5 minutes).",
+            labels=[*labels, "phase"],
+        )
         restarts = GaugeMetricFamily(
             RLJOB_RESTARTS,
             "The RLJob's status.restarts (JobSet restarts, disruptions included).",
             labels=labels,
         )
-        for ns, name, p, n in rows:
+        for ns, name, p, n, seen in rows:
             phase.add_metric([ns, name, p], 1)
+            since.add_metric([ns, name, p], seen)
             restarts.add_metric([ns, name], n)
         yield phase
+        yield since
         yield restarts
 
 

@@ -28,6 +28,20 @@ on the host network) must stay <= 63. 40 leaves a margin for JobSet's own suffix
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """A DNS-1035 label: the name becomes a JobSet, a headless Service and pod hostnames."""
 
+NODE_AGENT_PORTS: dict[int, str] = {
+    9100: "node-exporter",
+    10248: "kubelet healthz",
+    10249: "kube-proxy metrics",
+    10250: "kubelet",
+    10255: "kubelet read-only",
+    10256: "kube-proxy healthz",
+}
+"""Ports that agents beside the trainer hold on every node's host network (the trainer pods use the host
+network, so spec.metrics.port is a node port): node-exporter (kube-prometheus-stack's DaemonSet declares
+hostPort 9100: a trainer pod asking for it stays Pending), the kubelet and kube-proxy (not pods with a
+declared host port: the pod would be scheduled and the trainer could not bind). MetricsSpec.port's
+description says the same for docs/api.md; a test keeps the two in step."""
+
 PACKED_ROW_MULTIPLE = 128
 """A packed row's length must be a multiple of this. TPU splash attention tiles a row into query and key
 blocks that are multiples of 128 (the TPU lane width) and must divide the row; the trainer picks the
@@ -159,6 +173,14 @@ _CORE_RULES: tuple[Rule, ...] = (
         message=f"must not be one of the TPU runtime's ports {', '.join(map(str, RESERVED_TPU_PORTS))}",
         cel=f"!(self.port in {cel_list(RESERVED_TPU_PORTS)})",
         check=lambda m: m.port not in RESERVED_TPU_PORTS,
+    ),
+    Rule(
+        scope=("spec", "metrics"),
+        field="port",
+        message="must not be a node agent's port on the host network: "
+        + ", ".join(f"{port} ({who})" for port, who in NODE_AGENT_PORTS.items()),
+        cel=f"!(self.port in {cel_list(tuple(NODE_AGENT_PORTS))})",
+        check=lambda m: m.port not in NODE_AGENT_PORTS,
     ),
 )
 

@@ -134,7 +134,11 @@ class MetricsSpec(Model):
     """Prometheus metrics served by every trainer host."""
 
     port: Annotated[int, Field(ge=1024, le=65535)] = 9464
-    """Port of the /metrics endpoint on each host (host network: keep off 8080, 8431, 8471, 8476, 8482)."""
+    """Port of the /metrics endpoint on each host. Trainer pods use the host network, so this is a port of
+    the node: refused are the TPU runtime's ports (8080, 8431, 8471, 8476, 8482) and those that node agents
+    hold on every node beside TPU pods: 9100 (node-exporter, which kube-prometheus-stack runs on every
+    node with hostPort 9100: the trainer pod would stay Pending), 10248, 10250 and 10255 (kubelet), 10249
+    and 10256 (kube-proxy; these are no pods' declared host ports, so the trainer could not bind)."""
     stepTimeBaselineSeconds: Annotated[float, Field(gt=0, le=86400)] | None = None
     """Expected seconds per global step; the step-time regression alert compares against it."""
     stallThresholdSeconds: Annotated[int, Field(ge=1, le=604800)] = 1800

@@ -104,6 +104,10 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("metrics port 8482", manifest({"metrics": {"port": 8482}}), "spec.metrics.port"),
     ("metrics port 8080", manifest({"metrics": {"port": 8080}}), "spec.metrics.port"),
     ("metrics port privileged", manifest({"metrics": {"port": 80}}), "spec.metrics.port"),
+    ("metrics port node-exporter", manifest({"metrics": {"port": 9100}}), "spec.metrics.port"),
+    ("metrics port kubelet", manifest({"metrics": {"port": 10250}}), "spec.metrics.port"),
+    ("metrics port kube-proxy", manifest({"metrics": {"port": 10256}}), "spec.metrics.port"),
+    ("metrics port next to node-exporter", manifest({"metrics": {"port": 9101}}), None),
     ("negative learning rate", manifest({"grpo": {"learningRate": -1e-3}}), "spec.grpo.learningRate"),
     (
         "hbm utilization above 1",

@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts" / "rljob" / "files" / "rljob-alerts.rules.yaml"
 DASHBOARD = ROOT / "charts" / "rljob" / "files" / "rljob-dashboard.json"
 ALERT_TESTS = Path(__file__).resolve().parent / "alerts_test.yaml"
+ALERT_RESTART_TESTS = Path(__file__).resolve().parent / "alerts_restart_test.yaml"
+"""A restart, a rescheduled pod, duplicate scrapes and GKE Managed Prometheus (no staleness markers)."""
+ALERT_TEST_FILES = (ALERT_TESTS, ALERT_RESTART_TESTS)
 
 
 def _bin_cache() -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.observability.conftest import ALERT_TESTS, ROOT, RULES
+from tests.observability.conftest import ALERT_TEST_FILES, ROOT, RULES
 
 RUNBOOK = ROOT / "docs" / "runbook.md"
 
@@ -40,13 +40,14 @@ def test_promtool_check_rules(promtool: Path) -> None:
     assert f"SUCCESS: {len(_rules())} rules found" in r.stdout
 
 
-def test_promtool_test_rules(promtool: Path) -> None:
-    r = _run(promtool, "test", "rules", str(ALERT_TESTS))
+@pytest.mark.parametrize("tests", ALERT_TEST_FILES, ids=lambda p: p.name)
+def test_promtool_test_rules(promtool: Path, tests: Path) -> None:
+    r = _run(promtool, "test", "rules", str(tests))
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
-    tests = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+    tests = [t for f in ALERT_TEST_FILES for t in yaml.safe_load(f.read_text())["tests"]]
     cases = [c for t in tests for c in t.get("alert_rule_test", [])]
     for alert in _alerts():
         mine = [c for c in cases if c["alertname"] == alert]
@@ -71,7 +72,10 @@ MUTATIONS = {
     "compiled steps counted": ('{compiled="false"}', ""),
     "unpacked padding counted": ('{packed="true"}', ""),
     "conflicts counted": ('{kind!="conflict"}', ""),
-    "absence not per RLJob": ("unless on (namespace, rljob)", "unless on (namespace)"),
+    "absence not per RLJob": (
+        "unless on (project_id, cluster, namespace, rljob)",
+        "unless on (project_id, cluster, namespace)",
+    ),
     "stall threshold ignored": (
         "(rljob_trainer_stall_threshold_seconds and",
         "(rljob_trainer_first_step_grace_seconds and",
@@ -82,17 +86,60 @@ MUTATIONS = {
     ),
     "finished runs count as stalled": (">= rljob_trainer_max_steps", "> 1e12"),
     "stall alert per host": (
-        "count by (namespace, rljob) (rljob:",
-        "count by (namespace, rljob, process) (rljob:",
+        "count by (project_id, cluster, namespace, rljob) (rljob:",
+        "count by (project_id, cluster, namespace, rljob, process) (rljob:",
     ),
     "regression margin dropped": ("1.25 * max by", "1.0 * max by"),
     "regression needs no steady steps": ('{compiled="false"}) >= 10', '{compiled="false"}) >= 0'),
     "failed means succeeded": ('{phase="Failed"}', '{phase="Succeeded"}'),
     "two restarts are often": (") >= 3", ") >= 2"),
     "goodput counts every kind": ('time_seconds_total{kind="productive_step"}', "time_seconds_total"),
-    "goodput sums hosts": ("avg by (namespace, rljob) (rate(", "sum by (namespace, rljob) (rate("),
-    "mfu sums hosts": ("max by (namespace, rljob) (sum without", "sum by (namespace, rljob) (sum without"),
+    "goodput sums hosts": (
+        "avg by (project_id, cluster, namespace, rljob) (\n            sum by",
+        "sum by (project_id, cluster, namespace, rljob) (\n            sum by",
+    ),
+    "mfu sums hosts": (
+        "max by (project_id, cluster, namespace, rljob) (\n            sum by",
+        "sum by (project_id, cluster, namespace, rljob) (\n            sum by",
+    ),
     "mfu ignores the chips": ("(rljob_trainer_chips * rljob_trainer_peak", "(rljob_trainer_peak"),
+    # per process first (alerts_restart_test.yaml): each of these is what the rules did before
+    "goodput averages series": (
+        "sum by (project_id, cluster, namespace, rljob, process) (\n              max by (project_id, cluster, "
+        "namespace, rljob, process, pod, kind) (\n                rate(rljob_trainer_time_seconds_total",
+        "sum by (project_id, cluster, namespace, rljob, process, pod) (\n              max by (project_id, "
+        "cluster, namespace, rljob, process, pod, kind) (\n                rate(rljob_trainer_time_seconds_total",
+    ),
+    "mfu takes one series": (
+        "sum by (project_id, cluster, namespace, rljob, process) (\n              max by (project_id, cluster, "
+        "namespace, rljob, process, pod, phase) (",
+        "sum by (project_id, cluster, namespace, rljob, process, pod) (\n              max by (project_id, "
+        "cluster, namespace, rljob, process, pod, phase) (",
+    ),
+    "duplicate scrapes summed": (
+        "max by (project_id, cluster, namespace, rljob, process, pod, kind) (\n                rate(rljob_trainer_time",
+        "sum by (project_id, cluster, namespace, rljob, process, pod, kind) (\n                rate(rljob_trainer_time",
+    ),
+    "stall read per series": (
+        "          min by (project_id, cluster, namespace, rljob, process) (time() - rljob_trainer_last_step",
+        "          min without () (time() - rljob_trainer_last_step",
+    ),
+    "stall per series (any stale series counts)": (
+        "            min by (project_id, cluster, namespace, rljob, process) (\n",
+        "            max by (project_id, cluster, namespace, rljob, process) (\n",
+    ),
+    "stall alert across clusters": (
+        "count by (project_id, cluster, namespace, rljob) (rljob:",
+        "count by (namespace, rljob) (rljob:",
+    ),
+    "processes query not scoped to the cluster": (
+        '{project_id=%q,cluster=%q,namespace=%q,rljob=%q}" $labels.project_id $labels.cluster',
+        '{namespace=%q,rljob=%q}"',
+    ),
+    "phase read by which series exist": (
+        "== on (project_id, cluster, rljob_namespace, rljob) group_left ()",
+        ">= 0 or on (project_id, cluster, rljob_namespace, rljob)",
+    ),
 }
 
 
@@ -102,8 +149,11 @@ def test_tests_catch_a_broken_rule(promtool: Path, tmp_path: Path, name: str) ->
     text = RULES.read_text()
     assert old in text, f"mutation {name!r} no longer applies; update MUTATIONS"
     (tmp_path / "rules.yaml").write_text(text.replace(old, new))
-    tests = yaml.safe_load(ALERT_TESTS.read_text())
-    tests["rule_files"] = ["rules.yaml"]
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-    r = _run(promtool, "test", "rules", "tests.yaml", cwd=tmp_path)
-    assert r.returncode != 0, f"mutation {name!r} went unnoticed by alerts_test.yaml"
+    failed = []
+    for i, path in enumerate(ALERT_TEST_FILES):
+        tests = yaml.safe_load(path.read_text())
+        tests["rule_files"] = ["rules.yaml"]
+        (tmp_path / f"tests{i}.yaml").write_text(yaml.safe_dump(tests))
+        r = _run(promtool, "test", "rules", f"tests{i}.yaml", cwd=tmp_path)
+        failed += [path.name] if r.returncode != 0 else []
+    assert failed, f"mutation {name!r} went unnoticed by {[p.name for p in ALERT_TEST_FILES]}"

@@ -108,11 +108,12 @@ def test_regression_and_stall_fire_and_the_stall_resolves(
         assert float(regressed[0]["value"]) > 1.25 * BASELINE
         assert regressed[0]["annotations"]["runbook_url"].endswith("#rljobsteptimeregressed")
 
-        # 3. The loop is held: no step for longer than the threshold. One alert for the RLJob, naming
-        #    process 0 (the only host here).
+        # 3. The loop is held: no step for longer than the threshold. One alert for the RLJob, its
+        #    `processes` annotation naming process 0 (the only host here).
         stalled = prom.wait_for(lambda: _mine(prom.firing("RLJobTrainingStalled")), 90, "the stall alert")
         alive()
-        assert len(stalled) == 1 and stalled[0]["labels"]["processes"] == "0", stalled
+        assert len(stalled) == 1 and stalled[0]["annotations"]["processes"] == "0", stalled
+        assert "processes" not in stalled[0]["labels"]  # the alert's identity is the RLJob only
         assert stalled[0]["labels"]["severity"] == "critical"
         held_at = _step(prom)
         assert held_at == HOLD_AT - 1  # the metrics callback runs after the holding one

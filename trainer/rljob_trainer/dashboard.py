@@ -69,20 +69,27 @@ OP_SEL = 'rljob_namespace=~"$namespace", rljob=~"$rljob"'
 """The operator's per-RLJob series name the RLJob's namespace ``rljob_namespace`` (see its metrics.py)."""
 
 
+def _rate(name: str, by: str = BY, extra: str = "", distinct: str = "") -> str:
+    """Rate of a counter summed by ``by``, per process first as the alert rules do: a second scrape of a
+    pod collapsed (max by pod), a process's pods in the window added (a restart splits it between them;
+    averaging raw series read about half across every restart)."""
+    labels = [x.strip() for x in f"{BY}, process, pod, {by}, {distinct}".split(",") if x.strip()]
+    key = ", ".join(dict.fromkeys(labels))
+    return f"sum by ({by}) (max by ({key}) (rate({name}{{{SEL}{extra}}}[$__rate_interval])))"
+
+
+def _per_process(name: str, keep: str = "", extra: str = "", distinct: str = "") -> str:
+    """``_rate`` per process (and ``keep`` labels): the inner part of an average or max over processes."""
+    return _rate(name, f"{BY}, process" + (f", {keep}" if keep else ""), extra, distinct)
+
+
 def _mean(name_prefix: str, by: str = BY, extra: str = "") -> str:
     """Exact mean of a histogram: rate(_sum) / rate(_count), only where the window holds an observation."""
-    sel = f"{{{SEL}{extra}}}"
-    return (
-        f"sum by ({by}) (rate({name_prefix}_sum{sel}[$__rate_interval]))\n/\n"
-        f"(sum by ({by}) (rate({name_prefix}_count{sel}[$__rate_interval])) > 0)"
-    )
+    return f"{_rate(name_prefix + '_sum', by, extra)}\n/\n({_rate(name_prefix + '_count', by, extra)} > 0)"
 
 
 def _quantile(q: float, name_prefix: str, extra: str = "") -> str:
-    return (
-        f"histogram_quantile({q}, sum by (le, {BY}) "
-        f"(rate({name_prefix}_bucket{{{SEL}{extra}}}[$__rate_interval])))"
-    )
+    return f"histogram_quantile({q}, {_rate(name_prefix + '_bucket', f'{BY}, le', extra)})"
 
 
 def _variables() -> list[dict[str, Any]]:
@@ -116,6 +123,9 @@ def _variables() -> list[dict[str, Any]]:
         query_var("namespace", f"label_values({m.BUILD_INFO}, namespace)"),
         query_var("rljob", f'label_values({m.BUILD_INFO}{{namespace=~"$namespace"}}, rljob)'),
     ]
+
+
+COMPILE = ', kind="compile"'  # the compile seconds of rljob_trainer_time_seconds_total
 
 
 def _trainer_panels() -> list[dict[str, Any]]:
@@ -169,8 +179,7 @@ def _trainer_panels() -> list[dict[str, Any]]:
             "Token utilization (packing)",
             [
                 (
-                    f"1 - sum by ({BY}, packed) (rate({m.PADDING_TOKENS}{{{SEL}}}[$__rate_interval]))\n/\n"
-                    f"sum by ({BY}, packed) (rate({m.CAPACITY_TOKENS}{{{SEL}}}[$__rate_interval]))",
+                    f"1 - {_rate(m.PADDING_TOKENS, f'{BY}, packed')}\n/\n{_rate(m.CAPACITY_TOKENS, f'{BY}, packed')}",
                     f"{J} packed={{{{packed}}}}",
                 ),
             ],
@@ -185,20 +194,24 @@ def _trainer_panels() -> list[dict[str, Any]]:
             5,
             "Seconds since last step, per host",
             [
-                (f"time() - {m.LAST_STEP_TIMESTAMP}{{{SEL}}}", f"{J} process {{{{process}}}}"),
+                (
+                    f"min by ({BY}, process) (time() - {m.LAST_STEP_TIMESTAMP}{{{SEL}}})",
+                    f"{J} process {{{{process}}}}",
+                ),
                 (f"max by ({BY}) ({m.STALL_THRESHOLD}{{{SEL}}})", f"{J} stall threshold"),
                 (f"max by ({BY}) ({m.FIRST_STEP_GRACE}{{{SEL}}})", f"{J} first-step grace"),
             ],
             (0, 16, 12, 8),
             "s",
-            "One line per trainer process: a single stuck host stands out. The stall alert fires above "
-            "the threshold line (above the grace line while a process has not completed its first step).",
+            "One line per trainer process (its freshest series: a replaced pod's old one does not count): "
+            "a single stuck host stands out. The stall alert fires above the threshold line (above the "
+            "grace line while a process has not completed its first step).",
         ),
         _panel(
             6,
             "Global step, per host",
             [
-                (f"{m.GLOBAL_STEP}{{{SEL}}}", f"{J} process {{{{process}}}}"),
+                (f"max by ({BY}, process) ({m.GLOBAL_STEP}{{{SEL}}})", f"{J} process {{{{process}}}}"),
                 (f"max by ({BY}) ({m.MAX_STEPS}{{{SEL}}})", f"{J} max steps"),
                 (f"max by ({BY}) ({m.CHECKPOINT_LAST_STEP}{{{SEL}}})", f"{J} last checkpoint"),
             ],
@@ -210,7 +223,7 @@ def _trainer_panels() -> list[dict[str, Any]]:
         _panel(
             7,
             "Tokens per second",
-            [(f"max by ({BY}) (rate({m.TOKENS}{{{SEL}}}[$__rate_interval]))", J)],
+            [(f"max by ({BY}) ({_per_process(m.TOKENS)})", J)],
             (0, 24, 12, 8),
             "short",
             "Real (prompt + completion) tokens trained on per second.",
@@ -221,7 +234,7 @@ def _trainer_panels() -> list[dict[str, Any]]:
             [
                 (_mean(m.CHECKPOINT_SAVE_DURATION), f"{J} checkpoint save"),
                 (
-                    f'max by ({BY}) (rate({m.TIME_SECONDS}{{{SEL}, kind="compile"}}[$__rate_interval]))',
+                    f"max by ({BY}) ({_per_process(m.TIME_SECONDS, extra=COMPILE)})",
                     f"{J} compile seconds/s",
                 ),
             ],
@@ -234,7 +247,6 @@ def _trainer_panels() -> list[dict[str, Any]]:
 
 def _throughput_panels() -> list[dict[str, Any]]:
     """MFU, tokens per second per chip, goodput and badput (trainer/rljob_trainer/flops.py, goodput.py)."""
-    flops_rate = f"sum without (phase) (rate({m.MODEL_FLOPS}{{{SEL}}}[$__rate_interval]))"
     capacity = f"max by ({BY}) ({m.CHIPS}{{{SEL}}} * {m.PEAK_FLOPS}{{{SEL}}})"
     train = 'phase="actor_train"'
     return [
@@ -242,10 +254,13 @@ def _throughput_panels() -> list[dict[str, Any]]:
             12,
             "MFU",
             [
-                (f"max by ({BY}) ({flops_rate})\n/ on ({BY})\n{capacity}", f"{J} step"),
                 (
-                    f"max by ({BY}) (rate({m.MODEL_FLOPS}{{{SEL}, {train}}}[$__rate_interval]))\n/ on ({BY})\n"
-                    f"(max by ({BY}) (rate({m.PHASE_DURATION}_sum{{{SEL}, {train}}}[$__rate_interval])) > 0)"
+                    f"max by ({BY}) ({_per_process(m.MODEL_FLOPS, distinct='phase')})\n/ on ({BY})\n{capacity}",
+                    f"{J} step",
+                ),
+                (
+                    f"max by ({BY}) ({_per_process(m.MODEL_FLOPS, extra=', ' + train)})\n/ on ({BY})\n"
+                    f"(max by ({BY}) ({_per_process(m.PHASE_DURATION + '_sum', extra=', ' + train)}) > 0)"
                     f"\n/ on ({BY})\n{capacity}",
                     f"{J} actor_train phase",
                 ),
@@ -263,8 +278,7 @@ def _throughput_panels() -> list[dict[str, Any]]:
             "Tokens per second per chip",
             [
                 (
-                    f"max by ({BY}) (rate({m.TOKENS}{{{SEL}}}[$__rate_interval]))\n/ on ({BY})\n"
-                    f"max by ({BY}) ({m.CHIPS}{{{SEL}}})",
+                    f"max by ({BY}) ({_per_process(m.TOKENS)})\n/ on ({BY})\nmax by ({BY}) ({m.CHIPS}{{{SEL}}})",
                     J,
                 )
             ],
@@ -277,13 +291,13 @@ def _throughput_panels() -> list[dict[str, Any]]:
             "Goodput and badput (share of wall time)",
             [
                 (
-                    f"avg by ({BY}, kind) (rate({m.TIME_SECONDS}{{{SEL}}}[$__rate_interval]))",
+                    f"avg by ({BY}, kind) ({_per_process(m.TIME_SECONDS, 'kind')})",
                     f"{J} {{{{kind}}}}",
                 )
             ],
             (16, 40, 8, 8),
             "percentunit",
-            "Seconds per second of each kind, hosts averaged: productive_step is the goodput; compile, "
+            "Seconds per second of each kind, per process (its pods added) then averaged: productive_step is the goodput; compile, "
             "rollout_idle (host work while the accelerators wait), checkpoint_save/restore, startup and "
             "restart are badput. A stack below 100% is time with no trainer running (rescheduling).",
             custom={"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 30},
@@ -296,19 +310,22 @@ def _throughput_panels() -> list[dict[str, Any]]:
 def _operator_panels() -> list[dict[str, Any]]:
     """The operator's view: RLJob phases and restarts, reconcile latency and errors."""
     dur = om.RECONCILE_DURATION
+    ts = f"{om.RLJOB_PHASE_TIMESTAMP}{{{OP_SEL}}}"
     return [
         _panel(
             9,
             "RLJob phase (operator)",
             [
                 (
-                    f"max by (rljob_namespace, rljob, phase) ({om.RLJOB_PHASE}{{{OP_SEL}}})",
+                    f"max by (rljob_namespace, rljob, phase) (\n  {ts}\n  == on (rljob_namespace, rljob) group_left ()\n"
+                    f"  max by (rljob_namespace, rljob) ({ts})\n) * 0 + 1",
                     "{{rljob_namespace}}/{{rljob}} {{phase}}",
                 )
             ],
             (0, 32, 8, 8),
             "none",
-            "The phase the operator last wrote to each RLJob's status (value 1 while in that phase).",
+            "The phase the operator last saw on each RLJob's status (value 1 while in that phase): the "
+            "phase it saw most recently (GKE Managed Prometheus shows a previous phase 5 minutes longer).",
             kind="state-timeline",
         ),
         _panel(

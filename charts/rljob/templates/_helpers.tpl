@@ -48,6 +48,16 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/*
+Namespaces whose trainer pods this release scrapes, as a JSON list: metrics.podMonitor.namespaces, else the
+namespaces the operator watches (operator.watchNamespaces). Empty: every namespace (a cluster-wide install).
+Why not always every namespace: with one install per team namespace, each release would scrape every
+trainer again, and every trainer series would be stored once per release.
+*/}}
+{{- define "rljob.scrapeNamespaces" -}}
+{{- toJson (default .Values.operator.watchNamespaces .Values.metrics.podMonitor.namespaces) -}}
+{{- end -}}
+
 {{/* True (non-empty) when the cluster serves prometheus-operator's CRDs. */}}
 {{- define "rljob.hasMonitoring" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
