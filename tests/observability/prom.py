@@ -29,6 +29,8 @@ class Prometheus:
     """One ``prometheus`` process on 127.0.0.1:``port`` scraping ``targets`` (host:port) every second.
 
     ``labels`` are added to every target (e.g. ``namespace``, which a PodMonitor would add in a cluster).
+    ``scrape_configs``, when given, replace that static job (e.g. pod discovery against the simulated
+    apiserver, tests/e2e/test_two_releases.py).
     """
 
     def __init__(
@@ -39,12 +41,15 @@ class Prometheus:
         targets: list[str],
         rule_files: list[Path],
         labels: dict[str, str] | None = None,
+        scrape_configs: list[dict[str, Any]] | None = None,
     ) -> None:
         self.url = f"http://127.0.0.1:{port}"
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [
+            "scrape_configs": scrape_configs
+            if scrape_configs is not None
+            else [
                 {
                     "job_name": "rljob-trainer",
                     "static_configs": [{"targets": targets, "labels": labels or {}}],
