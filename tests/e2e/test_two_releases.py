@@ -192,26 +192,33 @@ def start_host(stack: ExitStack, team_ns: str, process: int, ip: str, port: int)
         "spec": {**template["spec"], "nodeName": node_name},
     }
     kubectl("create", "-n", team_ns, "-f", "-", input=yaml.safe_dump(pod))
+    # deleted (by kwok) while its node still exists: a pod bound to a deleted node stays Terminating and
+    # holds its namespace
+    stack.callback(kubectl, "delete", "pod", pod_name, "-n", team_ns, "--timeout=60s", check=False)
     return pod_name
 
 
-def settled_targets(prom: Prometheus, expected_pods: set[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The active targets once every expected pod has been scraped and the set stayed the same, all up,
-    for 3 s (the two scrape jobs discover pods through separate watches)."""
+def settled_targets(
+    prom: Prometheus, expected_pods: set[tuple[str, str]], timeout: float = 60
+) -> list[dict[str, Any]]:
+    """The active targets once every expected pod has been scraped, all of them up, and the set of targets
+    unchanged for 3 s (each scrape job reads the discovery file on its own). Targets of other pods (another
+    test's, selected by a PodMonitor that reaches beyond its namespaces) are returned too, up or not."""
     last: list[Any] = []
-    stable_since = time.monotonic()
+    stable_since, deadline = time.monotonic(), time.monotonic() + timeout
     while True:
         targets = prom.api("targets", state="active")["activeTargets"]
         key = sorted(
             (t["labels"].get("job"), t["labels"].get("namespace"), t["labels"].get("pod")) for t in targets
         )
-        scraped = {
-            (t["labels"].get("namespace"), t["labels"].get("pod")) for t in targets if t["health"] == "up"
-        }
-        if key != last or not expected_pods <= scraped or any(t["health"] != "up" for t in targets):
+        ours = [t for t in targets if (t["labels"].get("namespace"), t["labels"].get("pod")) in expected_pods]
+        scraped = {(t["labels"]["namespace"], t["labels"]["pod"]) for t in ours if t["health"] == "up"}
+        if key != last or scraped != expected_pods or any(t["health"] != "up" for t in ours):
             last, stable_since = key, time.monotonic()
         elif time.monotonic() - stable_since >= 3:
             return targets
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"targets not settled after {timeout:.0f}s: {key}")
         time.sleep(0.5)
 
 
