@@ -253,6 +253,8 @@ for t in "${targets[@]}"; do
   build_target "${t}" "${ctx_hash}"
   [[ -z "${save_dir}" ]] || save_image "${t}"
 done
+# Images a rebuild untagged (2-3 GB each), ours only: dangling images carrying the build-hash label.
+"${DOCKER}" image prune -f --filter "label=${LABEL}" >/dev/null
 for t in "${targets[@]}"; do
   echo "${PREFIX}${t}:${TAG} $(image_id "${PREFIX}${t}:${TAG}")"
 done

@@ -52,7 +52,7 @@ def test_operator_image_starts() -> None:
     print(f"{OPERATOR_IMAGE} {image_id}")
     proc = docker("run", "--rm", OPERATOR_IMAGE, "--help", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "usage" in proc.stdout.lower() and "rljob_operator" in proc.stdout
+    assert proc.stdout.startswith("usage: rljob operator"), proc.stdout
     user = docker("image", "inspect", "-f", "{{.Config.User}} {{json .Config.Entrypoint}}", OPERATOR_IMAGE)
     assert user.stdout.strip() == '10001:10001 ["tini","--","python","-m","rljob_operator"]'
     jax = docker("run", "--rm", "--entrypoint", "python", OPERATOR_IMAGE, "-c", "import jax", timeout=60)

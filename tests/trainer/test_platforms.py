@@ -23,18 +23,20 @@ def test_a_platform_set_by_the_user_or_the_operator_is_obeyed() -> None:
 def test_apply_sets_the_variable_and_says_so_once() -> None:
     env: dict[str, str] = {}
     said: list[str] = []
-    platforms.apply(env, count=lambda: 0, say=said.append)
+    configured: list[str] = []
+    platforms.apply(env, count=lambda: 0, say=said.append, configure=configured.append)
     assert env == {"JAX_PLATFORMS": "cpu"}
+    assert configured == ["cpu"]  # JAX already imported by the count: its config is told too
     assert len(said) == 1 and "JAX_PLATFORMS=cpu" in said[0]
-    platforms.apply(env, count=lambda: 0, say=said.append)  # already chosen: nothing more
-    assert len(said) == 1
+    platforms.apply(env, count=lambda: 0, say=said.append, configure=configured.append)  # already chosen
+    assert len(said) == 1 and configured == ["cpu"]
 
 
 def test_apply_does_not_count_when_the_platform_is_chosen() -> None:
     def count() -> int:
         raise AssertionError("counted TPU chips although JAX_PLATFORMS was set")
 
-    platforms.apply({"JAX_PLATFORMS": "tpu"}, count=count, say=print)
+    platforms.apply({"JAX_PLATFORMS": "tpu"}, count=count, say=print, configure=print)
 
 
 def test_without_libtpu_the_count_is_unknown() -> None:

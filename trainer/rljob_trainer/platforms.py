@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, MutableMapping
 
 
@@ -40,15 +41,25 @@ def count_tpu_chips() -> int | None:
         return None
 
 
+def tell_jax(platforms: str) -> None:
+    """JAX read ``JAX_PLATFORMS`` when it was imported (the chip count imports it): update its config too.
+    Effective as long as no backend is up, which is the case before training starts."""
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.config.update("jax_platforms", platforms)
+
+
 def apply(
     env: MutableMapping[str, str] = os.environ,
     count: Callable[[], int | None] = count_tpu_chips,
     say: Callable[[str], None] = print,
+    configure: Callable[[str], None] = tell_jax,
 ) -> None:
     """Set ``JAX_PLATFORMS=cpu`` (and say so) when no TPU is attached and nobody chose a platform."""
     if env.get("JAX_PLATFORMS"):
         return
     platforms = cpu_fallback(env, count())
     if platforms:
-        env["JAX_PLATFORMS"] = platforms
+        env["JAX_PLATFORMS"] = platforms  # for child processes
+        configure(platforms)
         say("no TPU chip attached: running on CPU (JAX_PLATFORMS=cpu; set JAX_PLATFORMS to choose)")
