@@ -17,7 +17,8 @@ import pytest
 # Debian's client (BuildKit built in); /usr/local/bin/docker on the dev machines is a static client without buildx.
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
 OPERATOR_IMAGE = "localhost/rljob-operator:dev"
-TRAINER_IMAGE = "localhost/rljob-trainer:dev"
+# RLJOB_TRAINER_IMAGE: run the trainer tests on another build (e.g. a variant made to see them fail).
+TRAINER_IMAGE = os.environ.get("RLJOB_TRAINER_IMAGE", "localhost/rljob-trainer:dev")
 MAXTEXT_IMAGE = "localhost/rljob-trainer-maxtext:dev"
 
 
