@@ -11,6 +11,7 @@ the field named, before any accelerator is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any
 
 from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
-from rljob_trainer import sources, task
+from rljob_trainer import checkpoint_files, hf_config, sources, task
 
 TINY = "tiny"
 
@@ -132,7 +133,9 @@ def check_model_spec(model: ModelSpec) -> list[str]:
     if sources.kind(path) != "local":  # remote: fetched (and then checked) at start-up
         return []
     errors = sources.check_local(path, "spec.model.checkpointPath", want="dir")
-    return errors or check_checkpoint_dir(Path(path), model)
+    return errors or check_checkpoint_dir(
+        Path(path), model, tokenizer_elsewhere=model.tokenizerPath is not None
+    )
 
 
 MODEL_TYPES = {
@@ -144,8 +147,11 @@ MODEL_TYPES = {
 """config.json model_type values each family's Tunix loader reads."""
 
 
-def check_checkpoint_dir(path: Path, model: ModelSpec) -> list[str]:
-    """A Hugging Face-format checkpoint directory of the right family, as ``path: message`` lines."""
+def check_checkpoint_dir(path: Path, model: ModelSpec, tokenizer_elsewhere: bool = False) -> list[str]:
+    """A Hugging Face-format checkpoint directory that loads exactly as spec.model.family/size, as
+    ``path: message`` lines naming the file: weights, config.json (every key that changes the computation
+    carried or refused, ``hf_config``), tensor shapes, and tokenizer files (unless ``tokenizer_elsewhere``:
+    spec.model.tokenizerPath is set). No JAX: runs before it is imported."""
     field = "spec.model.checkpointPath"
     if not any(path.glob("*.safetensors")):
         return [f"{field}: no *.safetensors files in {path}"]
@@ -153,14 +159,33 @@ def check_checkpoint_dir(path: Path, model: ModelSpec) -> list[str]:
     if not config.is_file():
         return [f"{field}: no config.json in {path}"]
     try:
-        model_type = json.loads(config.read_text()).get("model_type")
+        hf = hf_config.read(config)
     except (OSError, ValueError) as exc:
         return [f"{field}: {config} is not readable JSON ({exc})"]
+    model_type = hf.get("model_type")
     if model_type not in MODEL_TYPES[model.family]:
-        return [
-            f"{field}: config.json says model_type {model_type!r}, but spec.model.family is {model.family}"
-        ]
-    return []
+        return [f"{field}: {config} says model_type {model_type!r}, but spec.model.family is {model.family}"]
+    carried = hf_config.carry(model.family, hf, named_fields(model), f"{field}: {config}")
+    errors = list(carried.errors)
+    if not errors:
+        try:
+            shapes = checkpoint_files.tensor_shapes(path)
+        except (OSError, ValueError, KeyError) as exc:
+            return [f"{field}: {exc}"]
+        errors += checkpoint_files.tensor_errors(model.family, carried.fields, shapes, f"{field}: {path}")
+    if not tokenizer_elsewhere:
+        missing = checkpoint_files.tokenizer_error(path, field)
+        errors += [missing] if missing else []
+    return errors
+
+
+def named_fields(model: ModelSpec) -> dict[str, Any]:
+    """The Tunix config fields of spec.model.size without importing Tunix: the tiny model's, or the named
+    config's literal arguments read from Tunix's source (``hf_config.named_fields``)."""
+    family = FAMILIES[model.family]
+    if model.size == TINY:
+        return dict(family.tiny)
+    return hf_config.named_fields(hf_config.tunix_model_file(family.module), family.sizes[model.size])
 
 
 def _check_maxtext_spec(model: ModelSpec) -> list[str]:
@@ -200,70 +225,71 @@ def is_tiny(model: ModelSpec) -> bool:
     return model.size == TINY
 
 
-def model_config(model: ModelSpec) -> Any:
-    """The Tunix ModelConfig of spec.model (a named config, or the tiny demo config)."""
+def model_config(model: ModelSpec, checkpoint_dir: Path | None = None) -> Any:
+    """The Tunix ModelConfig of spec.model: the named (or tiny) config, with every key config.json
+    carries when there is a checkpoint (``hf_config.carry``; refused keys raise RLJobError). Also points
+    Tunix's qwen3/llama3 rope at this config's frequencies (``rope.install``)."""
+    from rljob_trainer import rope
+
     family = FAMILIES[model.family]
-    config_cls = importlib.import_module(family.module).ModelConfig
+    module = importlib.import_module(family.module)
+    config_cls = module.ModelConfig
     if model.size == TINY:
         import jax.numpy as jnp
 
         kwargs = dict(family.tiny)
         if "param_dtype" in config_cls.__dataclass_fields__:  # gemma3 defaults to bfloat16; the demo is fp32
             kwargs["param_dtype"] = jnp.float32
-        return config_cls(**kwargs)
-    return getattr(config_cls, family.sizes[model.size])()
+        config = config_cls(**kwargs)
+    else:
+        config = getattr(config_cls, family.sizes[model.size])()
+    rope_spec = {"rope_theta": getattr(config, "rope_theta", None), "rope_type": "default"}
+    if checkpoint_dir is not None:
+        errors = check_checkpoint_dir(checkpoint_dir, model, tokenizer_elsewhere=True)
+        if errors:
+            raise RLJobError(errors)
+        carried = hf_config.carry(
+            model.family, hf_config.read(checkpoint_dir / "config.json"), named_fields(model), ""
+        )
+        fields = dict(carried.fields)
+        if "query_pre_attn_norm" in fields:
+            fields["query_pre_attn_norm"] = getattr(
+                module.QueryPreAttentionNormalisation, fields["query_pre_attn_norm"]
+            )
+        config = dataclasses.replace(config, **fields)
+        rope_spec = carried.rope or rope_spec
+    if rope_spec["rope_theta"] is not None:
+        rope.install(model.family, rope_spec, config.head_dim)
+    return config
 
 
 def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | None = None) -> Any:
     """A Tunix model: the checkpoint's weights (Tunix's safetensors loader) or, without one, random from
     ``seed`` (size tiny). Called once per role (actor, reference), which must start identical.
 
-    Raises RLJobError when the checkpoint's shapes do not fit spec.model.family/size.
+    Raises RLJobError when the checkpoint does not fit spec.model.family/size (already checked before
+    JAX by ``check_checkpoint_dir``; re-checked here for callers that skip start-up).
     """
     from flax import nnx
 
     family = FAMILIES[model.family]
-    config = model_config(model)
+    config = model_config(model, checkpoint_dir)
     if checkpoint_dir is None:
         model_cls = getattr(importlib.import_module(family.module), family.model_class)
         with mesh:
             return model_cls(config, rngs=nnx.Rngs(params=seed))
     import jax.numpy as jnp
 
-    errors = _config_mismatch(checkpoint_dir, config, model)
-    if errors:
-        raise RLJobError(errors)
     loader = importlib.import_module(family.params_module)
     dtype = jnp.float32 if model.size == TINY else jnp.bfloat16
     try:
         return loader.create_model_from_safe_tensors(str(checkpoint_dir), config, mesh=mesh, dtype=dtype)
     except (ValueError, AssertionError, KeyError) as exc:  # Tunix's loader: shape or name mismatch
         raise RLJobError(
-            [f"spec.model.checkpointPath: does not fit {model.family}/{model.size}: {str(exc)[:300]}"]
+            [
+                f"spec.model.checkpointPath: {checkpoint_dir} does not fit {model.family}/{model.size}: {str(exc)[:300]}"
+            ]
         ) from None
-
-
-_SHAPE_KEYS = (
-    ("num_hidden_layers", "num_layers"),
-    ("hidden_size", "embed_dim"),
-    ("vocab_size", "vocab_size"),
-)
-
-
-def _config_mismatch(checkpoint_dir: Path, config: Any, model: ModelSpec) -> list[str]:
-    """config.json against the Tunix config of family/size: layers, width, vocabulary."""
-    hf = json.loads((checkpoint_dir / "config.json").read_text())
-    hf = hf.get("text_config", hf)
-    out = []
-    for hf_key, tunix_key in _SHAPE_KEYS:
-        if tunix_key == "vocab_size" and not hasattr(config, tunix_key):
-            tunix_key = "num_embed"  # gemma3
-        want, got = getattr(config, tunix_key, None), hf.get(hf_key)
-        if want is not None and got is not None and want != got:
-            out.append(f"{hf_key} {got} (spec.model {model.family}/{model.size} has {want})")
-    if out:
-        return [f"spec.model.checkpointPath: config.json does not match the model: {', '.join(out)}"]
-    return []
 
 
 def build_tokenizer(path: Path | None) -> Any:
