@@ -65,7 +65,12 @@ CHECKPOINTS: dict[str, tuple[type, dict[str, Any]]] = {
     # Llama 3.2's rope: theta 5e5 with llama3 scaling (original context shrunk so short rows feel it).
     "llama3-tied": (
         LlamaConfig,
-        {"rope_theta": 500_000.0, "rope_scaling": LLAMA3_SCALING, "rms_norm_eps": 1e-5, "tie_word_embeddings": True},
+        {
+            "rope_theta": 500_000.0,
+            "rope_scaling": LLAMA3_SCALING,
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": True,
+        },
     ),
     "llama3-untied": (LlamaConfig, {"rope_theta": 500_000.0, "tie_word_embeddings": False}),
     # Another sliding window (8, not Tunix's 512) and local/global rope bases; the query scalar is the
@@ -113,7 +118,9 @@ def write(name: str, config_cls: type, keys: dict[str, Any], seed: int) -> None:
     tokens = np.random.default_rng(seed).integers(0, TINY["vocab_size"], size=(2, SEQ), dtype=np.int64)
     with torch.no_grad():
         logits = model(input_ids=torch.from_numpy(tokens)).logits.float().numpy()
-    np.savez_compressed(out / "reference.npz", tokens=tokens.astype(np.int32), logits=logits.astype(np.float32))
+    np.savez_compressed(
+        out / "reference.npz", tokens=tokens.astype(np.int32), logits=logits.astype(np.float32)
+    )
     print(f"{name}: logits max |{np.abs(logits).max():.3f}|, files {sorted(p.name for p in out.iterdir())}")
 
 
@@ -123,7 +130,9 @@ def main() -> None:
     for seed, (name, (config_cls, keys)) in enumerate(CHECKPOINTS.items()):
         write(name, config_cls, keys, seed)
     (OUT / "VERSIONS.json").write_text(
-        json.dumps({"torch": torch.__version__, "transformers": transformers.__version__, "seq": SEQ}, indent=2)
+        json.dumps(
+            {"torch": torch.__version__, "transformers": transformers.__version__, "seq": SEQ}, indent=2
+        )
         + "\n"
     )
 

@@ -19,6 +19,7 @@ Both spellings ``transformers`` writes are read: the Hub's (``rope_theta``, ``ro
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 from dataclasses import dataclass, field
@@ -279,10 +280,8 @@ def named_fields(module_file: str, method: str) -> dict[str, Any]:
             continue
         out = {}
         for kw in call.keywords:
-            try:
+            with contextlib.suppress(ValueError):  # enums, sharding configs: not shapes
                 out[kw.arg] = ast.literal_eval(kw.value)
-            except ValueError:  # enums, sharding configs: not shapes
-                pass
         return out
     raise ValueError(f"{module_file}: ModelConfig.{method} delegates too deep")
 

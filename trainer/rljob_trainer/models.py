@@ -226,9 +226,21 @@ def is_tiny(model: ModelSpec) -> bool:
 
 
 def model_config(model: ModelSpec, checkpoint_dir: Path | None = None) -> Any:
-    """The Tunix ModelConfig of spec.model: the named (or tiny) config, with every key config.json
-    carries when there is a checkpoint (``hf_config.carry``; refused keys raise RLJobError). Also points
-    Tunix's qwen3/llama3 rope at this config's frequencies (``rope.install``)."""
+    """The Tunix ModelConfig of spec.model: with a checkpoint, checked (``check_checkpoint_dir``; problems
+    raise RLJobError) and built from its config.json (``config_from_hf``); else the named or tiny config."""
+    hf = None
+    if checkpoint_dir is not None:
+        errors = check_checkpoint_dir(checkpoint_dir, model, tokenizer_elsewhere=True)
+        if errors:
+            raise RLJobError(errors)
+        hf = hf_config.read(checkpoint_dir / "config.json")
+    return config_from_hf(model, hf)
+
+
+def config_from_hf(model: ModelSpec, hf: dict[str, Any] | None) -> Any:
+    """The named (or tiny) Tunix config of spec.model with every key config.json ``hf`` carries
+    (``hf_config.carry``; refused keys raise RLJobError). Also points Tunix's qwen3/llama3 rope at this
+    config's frequencies (``rope.install``), which Tunix would otherwise fix at theta 1e6."""
     from rljob_trainer import rope
 
     family = FAMILIES[model.family]
@@ -244,18 +256,17 @@ def model_config(model: ModelSpec, checkpoint_dir: Path | None = None) -> Any:
     else:
         config = getattr(config_cls, family.sizes[model.size])()
     rope_spec = {"rope_theta": getattr(config, "rope_theta", None), "rope_type": "default"}
-    if checkpoint_dir is not None:
-        errors = check_checkpoint_dir(checkpoint_dir, model, tokenizer_elsewhere=True)
-        if errors:
-            raise RLJobError(errors)
+    if hf is not None:
         carried = hf_config.carry(
-            model.family, hf_config.read(checkpoint_dir / "config.json"), named_fields(model), ""
+            model.family, hf, named_fields(model), "spec.model.checkpointPath: config.json"
         )
+        if carried.errors:
+            raise RLJobError(carried.errors)
         fields = dict(carried.fields)
-        if "query_pre_attn_norm" in fields:
-            fields["query_pre_attn_norm"] = getattr(
-                module.QueryPreAttentionNormalisation, fields["query_pre_attn_norm"]
-            )
+        if "query_pre_attn_norm" in fields:  # an enum member, named by hf_config (which imports no Tunix)
+            fields["query_pre_attn_norm"] = module.QueryPreAttentionNormalisation[
+                fields["query_pre_attn_norm"]
+            ]
         config = dataclasses.replace(config, **fields)
         rope_spec = carried.rope or rope_spec
     if rope_spec["rope_theta"] is not None:
