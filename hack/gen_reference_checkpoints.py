@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,21 @@ CHECKPOINTS: dict[str, tuple[type, dict[str, Any]]] = {
             "tie_word_embeddings": True,
         },
     ),
+    # A global layer (Tunix repeats 5 sliding + 1 global; this checkpoint alternates) with Gemma 3 4B's
+    # linear rope scaling of the global layers.
+    "gemma3-global": (
+        Gemma3TextConfig,
+        {
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            },
+            "query_pre_attn_scalar": 16,
+            "tie_word_embeddings": True,
+        },
+    ),
     "gemma3-untied": (
         Gemma3TextConfig,
         {"sliding_window": 8, "query_pre_attn_scalar": 16, "tie_word_embeddings": False},
@@ -106,13 +122,14 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
 
 
 def write(name: str, config_cls: type, keys: dict[str, Any], seed: int) -> None:
-    config = config_cls(**TINY, **keys, torch_dtype="float32")
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    config = config_cls(**TINY, **keys, dtype="float32")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.eval()
     randomize(model, seed)
     out = OUT / name
     shutil.rmtree(out, ignore_errors=True)
     model.save_pretrained(out, safe_serialization=True)
+    (out / "generation_config.json").unlink(missing_ok=True)  # not read by the trainer
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(TOKENIZER / f, out / f)
     tokens = np.random.default_rng(seed).integers(0, TINY["vocab_size"], size=(2, SEQ), dtype=np.int64)
@@ -127,8 +144,10 @@ def write(name: str, config_cls: type, keys: dict[str, Any], seed: int) -> None:
 def main() -> None:
     torch.use_deterministic_algorithms(True)
     OUT.mkdir(parents=True, exist_ok=True)
+    only = set(sys.argv[1:])  # names to (re)write; all by default
     for seed, (name, (config_cls, keys)) in enumerate(CHECKPOINTS.items()):
-        write(name, config_cls, keys, seed)
+        if not only or name in only:
+            write(name, config_cls, keys, seed)
     (OUT / "VERSIONS.json").write_text(
         json.dumps(
             {"torch": torch.__version__, "transformers": transformers.__version__, "seq": SEQ}, indent=2

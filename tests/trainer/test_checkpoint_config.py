@@ -97,11 +97,12 @@ def test_llama32_rope_scaling_is_carried() -> None:
 
     config = models.config_from_hf(spec("llama3", "1b"), LLAMA32_1B)
     assert (config.rope_theta, config.norm_eps, config.weight_tying) == (500000.0, 1e-5, True)
-    l3 = importlib.import_module("tunix.models.llama3.model")
-    installed, head_dim = l3.apply_rope.rljob_rope
-    assert installed["rope_type"] == "llama3" and head_dim == 64
-    inv = rope.inverse_frequencies(installed, head_dim)
-    assert inv[0] == pytest.approx(1.0) and inv[-1] == pytest.approx(500000.0 ** (-62 / 64) / 32, rel=1e-5)
+    carried = hf_config.carry("llama3", LLAMA32_1B, models.named_fields(spec("llama3", "1b")), "config.json")
+    assert carried.rope is not None and carried.rope["rope_type"] == "llama3"
+    inv = rope.inverse_frequencies(carried.rope, 64)
+    # highest frequency kept, lowest (wavelength past 8192 / 1) divided by the factor 32
+    assert inv[0] == pytest.approx(1.0)
+    assert inv[-1] == pytest.approx(500000.0 ** (-62 / 64) / 32, rel=1e-5)
 
 
 def test_gemma3_270m_hub_config_is_carried() -> None:
@@ -121,6 +122,7 @@ def test_gemma3_linear_rope_scaling_is_carried() -> None:
         ("qwen2", "1.5b", {**DISTILL, "use_sliding_window": True}, "use_sliding_window is True"),
         ("llama3", "1b", {**LLAMA32_1B, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "'yarn'"),
         ("gemma3", "270m", {**GEMMA3_270M, "rope_local_base_freq": 1e6}, None),
+        ("gemma3", "270m", {**GEMMA3_270M, "layer_types": ["full_attention"] * 17}, "for each of the 18"),
         ("gemma3", "270m", {**GEMMA3_270M, "rms_norm_eps": 1e-5}, "rms_norm_eps is 1e-05"),
         ("gemma3", "270m", {**GEMMA3_270M, "num_hidden_layers": 26}, "num_hidden_layers is 26, but"),
         ("qwen2", "1.5b", {**DISTILL, "hidden_act": "gelu"}, "hidden_act is 'gelu'"),

@@ -3,7 +3,8 @@
 The fixtures (tests/trainer/fixtures/checkpoints, written by hack/gen_reference_checkpoints.py with
 PyTorch, which is not a test dependency) differ from Tunix's built-in configs in the keys that used to be
 dropped: rope theta 1e4 and 1e6 (qwen3 hard-codes 1e6), Llama 3.2's theta 5e5 with ``llama3`` scaling,
-an untied output head, norm epsilon 1e-5, a gemma3 sliding window of 8. Each is loaded the way the
+an untied output head, norm epsilon 1e-5, a gemma3 sliding window of 8, and gemma3 layers alternating
+sliding and global (Tunix's own pattern is 5 sliding, then 1 global) with linear rope scaling 8. Each is loaded the way the
 trainer does (``startup.prepare``: checks, tokenizer, data; then ``models.build_model``: Tunix's
 safetensors loader) and its logits must equal the reference within 1e-5 of the largest logit, with the
 same argmax everywhere. The gemma3 checkpoint with an untied head cannot be honoured by Tunix's gemma3:
@@ -30,6 +31,7 @@ LOADABLE = [
     "llama3-tied",
     "llama3-untied",
     "gemma3-tied",
+    "gemma3-global",
 ]
 DATA = hf_checkpoint.ROOT / "examples" / "tiny" / "emit.jsonl"
 

@@ -155,10 +155,15 @@ KEYS = {
         {"rms_norm_eps": 1e-5},
         "rms_norm_eps is 1e-05; this trainer supports only 1e-06",
     ),
-    "gemma3 layer pattern": (
-        "gemma3-tied",
-        {"layer_types": ["sliding_attention", "full_attention"]},
-        "layer_types/sliding_window_pattern give sliding x1, global x1; Tunix's gemma3 has sliding x2",
+    "gemma3 yarn": (
+        "gemma3-global",
+        {
+            "rope_parameters": {
+                "full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            }
+        },
+        "rope scaling type 'yarn' is not supported for gemma3 (supported: none, 'linear')",
     ),
     "gemma3 query scalar": ("gemma3-tied", {"query_pre_attn_scalar": 64}, "query_pre_attn_scalar is 64; "),
     "gemma3 soft-capping": (

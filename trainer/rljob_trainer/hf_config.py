@@ -53,7 +53,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 TUNIX_GEMMA3_NORM_EPS = 1e-6  # gemma3 RMSNorm: rsqrt(var + 1e-06), not configurable
-TUNIX_GEMMA3_PATTERN = 6  # GEMMA3_ATTENTION_PATTERN: 5 sliding layers, then 1 global, repeated
 
 KEYS: dict[str, dict[str, str]] = {
     # family -> config.json key -> what happens (docs/trainer.md's table)
@@ -81,7 +80,7 @@ KEYS["gemma3"] = {
     "rope_local_base_freq / rope_parameters.sliding_attention.rope_theta": "carried (`local_base_frequency`)",
     "rope_scaling / rope_parameters.full_attention": "`linear`: carried (`global_scale_factor`); others refused",
     "sliding_window": "carried (`sliding_window_size`)",
-    "layer_types / sliding_window_pattern": "refused unless 5 sliding layers then 1 global, repeated",
+    "layer_types / sliding_window_pattern": "carried (each layer sliding or global; Tunix's own: 5 + 1)",
     "query_pre_attn_scalar": "refused unless `head_dim` or `hidden_size / num_attention_heads`",
     "rms_norm_eps": "refused unless 1e-6",
     "attn_logit_softcapping, final_logit_softcapping": "refused unless null",
@@ -97,6 +96,7 @@ class Carried:
 
     fields: dict[str, Any] = field(default_factory=dict)
     rope: dict[str, Any] | None = None
+    layer_types: list[str] | None = None  # gemma3: "sliding"/"global" per layer
     errors: list[str] = field(default_factory=list)
 
 
@@ -199,7 +199,7 @@ def _decoder(family: str, get: Any, hf: dict[str, Any], where: str, out: Carried
 
 
 def _gemma3(get: Any, hf: dict[str, Any], where: str, out: Carried) -> None:
-    """gemma3: carried windows and rope bases; Tunix's fixed epsilon, layer pattern and head refused."""
+    """gemma3: carried windows, layer kinds and rope bases; Tunix's fixed epsilon and tied head refused."""
     global_rope, local_rope = rope_of(hf, "gemma3"), rope_of(hf, "gemma3", "sliding_attention")
     out.fields["global_base_frequency"] = global_rope["rope_theta"]
     out.fields["local_base_frequency"] = local_rope["rope_theta"]
@@ -214,19 +214,19 @@ def _gemma3(get: Any, hf: dict[str, Any], where: str, out: Carried) -> None:
         out.errors.append(f"{where}: sliding-layer rope type {local_rope['rope_type']!r} is not supported")
     out.fields["sliding_window_size"] = int(get("sliding_window"))
     layers = int(get("num_hidden_layers") or 0)
-    tunix_pattern = [
-        "full_attention" if (i + 1) % TUNIX_GEMMA3_PATTERN == 0 else "sliding_attention"
-        for i in range(layers)
-    ]
     types = hf.get("layer_types")
     if types is None:
-        pattern = int(hf.get("sliding_window_pattern") or DEFAULTS["gemma3"]["sliding_window_pattern"])
+        pattern = hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern")
+        pattern = int(pattern or DEFAULTS["gemma3"]["sliding_window_pattern"])
         types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
-    if list(types) != tunix_pattern:
+    kinds = {"full_attention": "global", "sliding_attention": "sliding"}
+    if len(types) != layers or any(t not in kinds for t in types):
         out.errors.append(
-            f"{where}: layer_types/sliding_window_pattern give {_runs(types)}; Tunix's gemma3 has "
-            f"{_runs(tunix_pattern)} (5 sliding layers, then 1 global)"
+            f"{where}: layer_types {list(types)} must name full_attention or sliding_attention for each of "
+            f"the {layers} layers"
         )
+    else:
+        out.layer_types = [kinds[t] for t in types]
     scalar = get("query_pre_attn_scalar")
     head_dim, per_head = get("head_dim"), get("hidden_size") // get("num_attention_heads")
     if scalar == head_dim:
@@ -249,18 +249,6 @@ def _gemma3(get: Any, hf: dict[str, Any], where: str, out: Carried) -> None:
     _refuse_unless(out, where, "attention_bias", bool(hf.get("attention_bias", False)), False, "no biases")
     act = hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh"
     _refuse_unless(out, where, "hidden_activation", act, "gelu_pytorch_tanh", "Tunix's gemma3 MLP")
-
-
-def _runs(types: list[str]) -> str:
-    """``sliding x5, full x1, ...`` (run lengths): readable for 26 layers."""
-    runs: list[list[Any]] = []
-    for t in types:
-        name = "global" if t == "full_attention" else "sliding"
-        if runs and runs[-1][0] == name:
-            runs[-1][1] += 1
-        else:
-            runs.append([name, 1])
-    return ", ".join(f"{n} x{c}" for n, c in runs) or "no layers"
 
 
 @cache

@@ -11,9 +11,11 @@ the field named, before any accelerator is touched.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,21 +230,21 @@ def is_tiny(model: ModelSpec) -> bool:
 def model_config(model: ModelSpec, checkpoint_dir: Path | None = None) -> Any:
     """The Tunix ModelConfig of spec.model: with a checkpoint, checked (``check_checkpoint_dir``; problems
     raise RLJobError) and built from its config.json (``config_from_hf``); else the named or tiny config."""
-    hf = None
-    if checkpoint_dir is not None:
-        errors = check_checkpoint_dir(checkpoint_dir, model, tokenizer_elsewhere=True)
-        if errors:
-            raise RLJobError(errors)
-        hf = hf_config.read(checkpoint_dir / "config.json")
-    return config_from_hf(model, hf)
+    return config_from_hf(model, _checked_hf(model, checkpoint_dir))
+
+
+def _checked_hf(model: ModelSpec, checkpoint_dir: Path | None) -> dict[str, Any] | None:
+    if checkpoint_dir is None:
+        return None
+    errors = check_checkpoint_dir(checkpoint_dir, model, tokenizer_elsewhere=True)
+    if errors:
+        raise RLJobError(errors)
+    return hf_config.read(checkpoint_dir / "config.json")
 
 
 def config_from_hf(model: ModelSpec, hf: dict[str, Any] | None) -> Any:
     """The named (or tiny) Tunix config of spec.model with every key config.json ``hf`` carries
-    (``hf_config.carry``; refused keys raise RLJobError). Also points Tunix's qwen3/llama3 rope at this
-    config's frequencies (``rope.install``), which Tunix would otherwise fix at theta 1e6."""
-    from rljob_trainer import rope
-
+    (``hf_config.carry``; refused keys raise RLJobError)."""
     family = FAMILIES[model.family]
     module = importlib.import_module(family.module)
     config_cls = module.ModelConfig
@@ -255,23 +257,42 @@ def config_from_hf(model: ModelSpec, hf: dict[str, Any] | None) -> Any:
         config = config_cls(**kwargs)
     else:
         config = getattr(config_cls, family.sizes[model.size])()
-    rope_spec = {"rope_theta": getattr(config, "rope_theta", None), "rope_type": "default"}
-    if hf is not None:
-        carried = hf_config.carry(
-            model.family, hf, named_fields(model), "spec.model.checkpointPath: config.json"
-        )
-        if carried.errors:
-            raise RLJobError(carried.errors)
-        fields = dict(carried.fields)
-        if "query_pre_attn_norm" in fields:  # an enum member, named by hf_config (which imports no Tunix)
-            fields["query_pre_attn_norm"] = module.QueryPreAttentionNormalisation[
-                fields["query_pre_attn_norm"]
-            ]
-        config = dataclasses.replace(config, **fields)
-        rope_spec = carried.rope or rope_spec
-    if rope_spec["rope_theta"] is not None:
-        rope.install(model.family, rope_spec, config.head_dim)
-    return config
+    if hf is None:
+        return config
+    fields = dict(_carried(model, hf).fields)
+    if "query_pre_attn_norm" in fields:  # an enum member, named by hf_config (which imports no Tunix)
+        fields["query_pre_attn_norm"] = module.QueryPreAttentionNormalisation[fields["query_pre_attn_norm"]]
+    return dataclasses.replace(config, **fields)
+
+
+def _carried(model: ModelSpec, hf: dict[str, Any]) -> hf_config.Carried:
+    carried = hf_config.carry(model.family, hf, named_fields(model), "spec.model.checkpointPath: config.json")
+    if carried.errors:
+        raise RLJobError(carried.errors)
+    return carried
+
+
+@contextlib.contextmanager
+def _as_config_says(model: ModelSpec, hf: dict[str, Any] | None, config: Any) -> Iterator[None]:
+    """What Tunix fixes outside its ModelConfig, set from config.json while a model is built: qwen3/llama3
+    rope frequencies (``rope.install``: process state, read when a forward pass is traced) and gemma3's
+    per-layer attention kinds (``GEMMA3_ATTENTION_PATTERN``, read by the constructor; restored after)."""
+    from rljob_trainer import rope
+
+    carried = _carried(model, hf) if hf is not None else hf_config.Carried()
+    if model.family in rope.PATCHED:
+        rope.install(model.family, carried.rope or {"rope_theta": config.rope_theta}, config.head_dim)
+    if model.family != "gemma3" or not carried.layer_types:
+        yield
+        return
+    module = importlib.import_module(FAMILIES["gemma3"].module)
+    kinds = {"global": module.AttentionType.GLOBAL, "sliding": module.AttentionType.LOCAL_SLIDING}
+    saved = module.GEMMA3_ATTENTION_PATTERN
+    module.GEMMA3_ATTENTION_PATTERN = tuple(kinds[k] for k in carried.layer_types)  # one per layer
+    try:
+        yield
+    finally:
+        module.GEMMA3_ATTENTION_PATTERN = saved
 
 
 def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | None = None) -> Any:
@@ -284,23 +305,26 @@ def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | N
     from flax import nnx
 
     family = FAMILIES[model.family]
-    config = model_config(model, checkpoint_dir)
-    if checkpoint_dir is None:
-        model_cls = getattr(importlib.import_module(family.module), family.model_class)
-        with mesh:
-            return model_cls(config, rngs=nnx.Rngs(params=seed))
-    import jax.numpy as jnp
+    hf = _checked_hf(model, checkpoint_dir)
+    config = config_from_hf(model, hf)
+    with _as_config_says(model, hf, config):
+        if checkpoint_dir is None:
+            model_cls = getattr(importlib.import_module(family.module), family.model_class)
+            with mesh:
+                return model_cls(config, rngs=nnx.Rngs(params=seed))
+        import jax.numpy as jnp
 
-    loader = importlib.import_module(family.params_module)
-    dtype = jnp.float32 if model.size == TINY else jnp.bfloat16
-    try:
-        return loader.create_model_from_safe_tensors(str(checkpoint_dir), config, mesh=mesh, dtype=dtype)
-    except (ValueError, AssertionError, KeyError) as exc:  # Tunix's loader: shape or name mismatch
-        raise RLJobError(
-            [
-                f"spec.model.checkpointPath: {checkpoint_dir} does not fit {model.family}/{model.size}: {str(exc)[:300]}"
-            ]
-        ) from None
+        loader = importlib.import_module(family.params_module)
+        dtype = jnp.float32 if model.size == TINY else jnp.bfloat16
+        try:
+            return loader.create_model_from_safe_tensors(str(checkpoint_dir), config, mesh=mesh, dtype=dtype)
+        except (ValueError, AssertionError, KeyError) as exc:  # Tunix's loader: shape or name mismatch
+            raise RLJobError(
+                [
+                    f"spec.model.checkpointPath: {checkpoint_dir} does not fit {model.family}/{model.size}: "
+                    f"{str(exc)[:300]}"
+                ]
+            ) from None
 
 
 def build_tokenizer(path: Path | None) -> Any:

@@ -7,8 +7,8 @@ packed forward (``packing/adapter.py``) calls the same module function. ``instal
 function with one rotating by the config's frequencies (same half-split rotation as Tunix's), so both
 paths follow config.json.
 
-It is process state, one rope per family: ``models.model_config`` installs it each time it makes a
-config, and a trainer process builds one model geometry (actor and reference share it). qwen2 and gemma3
+It is process state, one rope per family: ``models.build_model`` installs it each time it builds a
+model, and a trainer process builds one model geometry (actor and reference share it). qwen2 and gemma3
 read their config's rope themselves and are left alone.
 """
 
