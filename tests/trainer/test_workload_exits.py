@@ -101,11 +101,12 @@ def test_bad_workload_exits_2_naming_the_field(tmp_path: Path, case: str) -> Non
 
 
 def test_tokenizer_larger_than_the_model_exits_2(tmp_path: Path) -> None:
-    proc = run_trainer(tmp_path, workload(tmp_path, **{"model.tokenizerPath": str(big_tokenizer(tmp_path))}))
+    path = big_tokenizer(tmp_path)
+    proc = run_trainer(tmp_path, workload(tmp_path, **{"model.tokenizerPath": str(path)}))
     assert proc.returncode == 2, proc.stderr
     assert (
-        "spec.model.tokenizerPath: the tokenizer has 300 tokens, more than the model's vocabulary (256)"
-        in proc.stderr
+        f"spec.model.tokenizerPath: the tokenizer in {path} has 300 tokens, more than the model's vocabulary "
+        "(256)" in proc.stderr
     )
 
 
