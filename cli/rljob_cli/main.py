@@ -34,6 +34,8 @@ def _error(message: object) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Exit 1 if a manifest is invalid; with --check-files, 2 if a valid one names local files (checkpoint,
+    tokenizer, data) that the trainer would refuse, by the trainer's own start-up checks."""
     status = 0
     for found in load_manifests(args.filename):
         errors = _reward_errors(found.job) if found.job is not None else []
@@ -44,7 +46,15 @@ def _validate(args: argparse.Namespace) -> int:
             _error(RLJobError(errors, found.where))
             status = 1
         elif found.job is not None:
-            print(f"{found.where}: RLJob {found.job.metadata.name} is valid")
+            problems = _file_problems(found.job) if args.check_files else []
+            if problems:
+                _error(f"{found.where}: RLJob {found.job.metadata.name} cannot be trained:")
+                for line in problems:
+                    print(f"  - {line}", file=sys.stderr)
+                status = max(status, 2)
+                continue
+            checked = " (local files checked)" if args.check_files else ""
+            print(f"{found.where}: RLJob {found.job.metadata.name} is valid{checked}")
     return status
 
 
@@ -55,6 +65,15 @@ def _reward_errors(job: RLJob) -> list[str]:
     from rljob_trainer.rewards import pattern_errors
 
     return pattern_errors(job.spec.rewards or ())
+
+
+def _file_problems(job: RLJob) -> list[str]:
+    """The trainer's checks that need no JAX: spec.model against its checkpoint's config.json, tensor
+    headers and tokenizer, the data file, reward patterns (remote sources: their form only)."""
+    from rljob_trainer import main as trainer
+    from rljob_trainer import startup
+
+    return trainer.preflight(job) or startup.check(job)
 
 
 def _write(path: Path, text: str) -> bool:
@@ -126,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         "document and field; exit 1 if any.",
     )
     p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE", help=FILENAME_HELP)
+    p.add_argument(
+        "--check-files",
+        action="store_true",
+        help="also run the trainer's start-up checks on local files (checkpoint config.json, tensor shapes "
+        "and tokenizer; the data file); exit 2 if the trainer would refuse them",
+    )
     p.set_defaults(func=_validate)
 
     p = sub.add_parser(

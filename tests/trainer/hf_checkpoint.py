@@ -36,14 +36,12 @@ def tiny_model(family: str, seed: int = 0) -> Any:
     so that a transposed, mis-reshaped or swapped tensor changes the logits (norms start as all ones)."""
     import jax.numpy as jnp
     from flax import nnx
-    from rljob_trainer import models
+    from rljob_trainer import models, tunix_bridge
 
     from rljob.api.spec import ModelSpec
 
-    config = models.model_config(ModelSpec(family=family, size="tiny"))
-    family_info = models.FAMILIES[family]
-    model_cls = getattr(importlib.import_module(family_info.module), family_info.model_class)
-    model = model_cls(config, rngs=nnx.Rngs(params=seed))
+    # through build_model, as the trainer builds it (it also sets the rope Tunix would hard-code)
+    model = models.build_model(ModelSpec(family=family, size="tiny"), tunix_bridge.make_mesh(), seed)
     rng = np.random.default_rng(seed)
     state = nnx.state(model, nnx.Param)
     flat = state.flat_state()

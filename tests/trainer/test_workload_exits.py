@@ -101,11 +101,12 @@ def test_bad_workload_exits_2_naming_the_field(tmp_path: Path, case: str) -> Non
 
 
 def test_tokenizer_larger_than_the_model_exits_2(tmp_path: Path) -> None:
-    proc = run_trainer(tmp_path, workload(tmp_path, **{"model.tokenizerPath": str(big_tokenizer(tmp_path))}))
+    path = big_tokenizer(tmp_path)
+    proc = run_trainer(tmp_path, workload(tmp_path, **{"model.tokenizerPath": str(path)}))
     assert proc.returncode == 2, proc.stderr
     assert (
-        "spec.model.tokenizerPath: the tokenizer has 300 tokens, more than the model's vocabulary (256)"
-        in proc.stderr
+        f"spec.model.tokenizerPath: the tokenizer in {path} has 300 tokens, more than the model's vocabulary "
+        "(256)" in proc.stderr
     )
 
 
@@ -167,25 +168,17 @@ def tiny_checkpoint(tmp_path: Path, family: str = "qwen3", **config: int) -> Pat
 @pytest.mark.parametrize(
     ("family", "config", "expected"),
     [
-        (
-            "llama3",
-            {},
-            "spec.model.checkpointPath: config.json says model_type 'llama', but spec.model.family is qwen3",
-        ),
-        (
-            "qwen3",
-            {"num_layers": 3},
-            "spec.model.checkpointPath: config.json does not match the model: num_hidden_layers 3",
-        ),
-        ("qwen3", {"num_kv_heads": 4}, "spec.model.checkpointPath: does not fit qwen3/tiny"),
+        ("llama3", {}, "config.json says model_type 'llama', but spec.model.family is qwen3"),
+        ("qwen3", {"num_layers": 3}, "config.json: num_hidden_layers is 3, but spec.model.size has 2"),
+        ("qwen3", {"num_kv_heads": 4}, "config.json: num_key_value_heads is 4, but spec.model.size has 2"),
     ],
     ids=["other family", "other size", "tensor shapes"],
 )
 def test_checkpoint_not_matching_family_or_size_exits_2(
     tmp_path: Path, family: str, config: dict, expected: str
 ) -> None:
+    """Found from config.json before JAX is imported (test_checkpoint_refusals.py times it), the file named."""
     path = tiny_checkpoint(tmp_path, family, **config)
-    # these start JAX and serve metrics before Tunix reads the weights: a free port, not the demo's 9464
     proc = run_trainer(
         tmp_path,
         workload(tmp_path, **{"model.checkpointPath": str(path)}),
@@ -195,7 +188,7 @@ def test_checkpoint_not_matching_family_or_size_exits_2(
         "0",
     )
     assert proc.returncode == 2, proc.stderr
-    assert expected in proc.stderr, proc.stderr
+    assert f"spec.model.checkpointPath: {path}/{expected}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -221,7 +221,10 @@ def run(args: argparse.Namespace) -> int:
                 args.config,
                 "cannot be trained here",
             )
-        workload = startup.prepare(job)  # downloads, tokenizer, data, rewards: still before JAX
+        try:
+            workload = startup.prepare(job)  # downloads, tokenizer, data, rewards: still before JAX
+        except RLJobError as exc:  # a valid RLJob whose files this trainer cannot use: name the file
+            raise RLJobError(exc.errors, args.config, "cannot be trained") from None
     except RLJobError as exc:
         print(exc, file=sys.stderr)  # names the file: --config here, -f for `rljob train`
         return EXIT_BAD_CONFIG

@@ -11,15 +11,18 @@ the field named, before any accelerator is touched.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
-from rljob_trainer import sources, task
+from rljob_trainer import checkpoint_files, hf_config, sources, task
 
 TINY = "tiny"
 
@@ -132,7 +135,9 @@ def check_model_spec(model: ModelSpec) -> list[str]:
     if sources.kind(path) != "local":  # remote: fetched (and then checked) at start-up
         return []
     errors = sources.check_local(path, "spec.model.checkpointPath", want="dir")
-    return errors or check_checkpoint_dir(Path(path), model)
+    return errors or check_checkpoint_dir(
+        Path(path), model, tokenizer_elsewhere=model.tokenizerPath is not None
+    )
 
 
 MODEL_TYPES = {
@@ -144,8 +149,11 @@ MODEL_TYPES = {
 """config.json model_type values each family's Tunix loader reads."""
 
 
-def check_checkpoint_dir(path: Path, model: ModelSpec) -> list[str]:
-    """A Hugging Face-format checkpoint directory of the right family, as ``path: message`` lines."""
+def check_checkpoint_dir(path: Path, model: ModelSpec, tokenizer_elsewhere: bool = False) -> list[str]:
+    """A Hugging Face-format checkpoint directory that loads exactly as spec.model.family/size, as
+    ``path: message`` lines naming the file: weights, config.json (every key that changes the computation
+    carried or refused, ``hf_config``), tensor shapes, and tokenizer files (unless ``tokenizer_elsewhere``:
+    spec.model.tokenizerPath is set). No JAX: runs before it is imported."""
     field = "spec.model.checkpointPath"
     if not any(path.glob("*.safetensors")):
         return [f"{field}: no *.safetensors files in {path}"]
@@ -153,14 +161,33 @@ def check_checkpoint_dir(path: Path, model: ModelSpec) -> list[str]:
     if not config.is_file():
         return [f"{field}: no config.json in {path}"]
     try:
-        model_type = json.loads(config.read_text()).get("model_type")
+        hf = hf_config.read(config)
     except (OSError, ValueError) as exc:
         return [f"{field}: {config} is not readable JSON ({exc})"]
+    model_type = hf.get("model_type")
     if model_type not in MODEL_TYPES[model.family]:
-        return [
-            f"{field}: config.json says model_type {model_type!r}, but spec.model.family is {model.family}"
-        ]
-    return []
+        return [f"{field}: {config} says model_type {model_type!r}, but spec.model.family is {model.family}"]
+    carried = hf_config.carry(model.family, hf, named_fields(model), f"{field}: {config}")
+    errors = list(carried.errors)
+    if not errors:
+        try:
+            shapes = checkpoint_files.tensor_shapes(path)
+        except (OSError, ValueError, KeyError) as exc:
+            return [f"{field}: {exc}"]
+        errors += checkpoint_files.tensor_errors(model.family, carried.fields, shapes, f"{field}: {path}")
+    if not tokenizer_elsewhere:
+        missing = checkpoint_files.tokenizer_error(path, field)
+        errors += [missing] if missing else []
+    return errors
+
+
+def named_fields(model: ModelSpec) -> dict[str, Any]:
+    """The Tunix config fields of spec.model.size without importing Tunix: the tiny model's, or the named
+    config's literal arguments read from Tunix's source (``hf_config.named_fields``)."""
+    family = FAMILIES[model.family]
+    if model.size == TINY:
+        return dict(family.tiny)
+    return hf_config.named_fields(hf_config.tunix_model_file(family.module), family.sizes[model.size])
 
 
 def _check_maxtext_spec(model: ModelSpec) -> list[str]:
@@ -200,70 +227,104 @@ def is_tiny(model: ModelSpec) -> bool:
     return model.size == TINY
 
 
-def model_config(model: ModelSpec) -> Any:
-    """The Tunix ModelConfig of spec.model (a named config, or the tiny demo config)."""
+def model_config(model: ModelSpec, checkpoint_dir: Path | None = None) -> Any:
+    """The Tunix ModelConfig of spec.model: with a checkpoint, checked (``check_checkpoint_dir``; problems
+    raise RLJobError) and built from its config.json (``config_from_hf``); else the named or tiny config."""
+    return config_from_hf(model, _checked_hf(model, checkpoint_dir))
+
+
+def _checked_hf(model: ModelSpec, checkpoint_dir: Path | None) -> dict[str, Any] | None:
+    if checkpoint_dir is None:
+        return None
+    errors = check_checkpoint_dir(checkpoint_dir, model, tokenizer_elsewhere=True)
+    if errors:
+        raise RLJobError(errors)
+    return hf_config.read(checkpoint_dir / "config.json")
+
+
+def config_from_hf(model: ModelSpec, hf: dict[str, Any] | None) -> Any:
+    """The named (or tiny) Tunix config of spec.model with every key config.json ``hf`` carries
+    (``hf_config.carry``; refused keys raise RLJobError)."""
     family = FAMILIES[model.family]
-    config_cls = importlib.import_module(family.module).ModelConfig
+    module = importlib.import_module(family.module)
+    config_cls = module.ModelConfig
     if model.size == TINY:
         import jax.numpy as jnp
 
         kwargs = dict(family.tiny)
         if "param_dtype" in config_cls.__dataclass_fields__:  # gemma3 defaults to bfloat16; the demo is fp32
             kwargs["param_dtype"] = jnp.float32
-        return config_cls(**kwargs)
-    return getattr(config_cls, family.sizes[model.size])()
+        config = config_cls(**kwargs)
+    else:
+        config = getattr(config_cls, family.sizes[model.size])()
+    if hf is None:
+        return config
+    fields = dict(_carried(model, hf).fields)
+    if "query_pre_attn_norm" in fields:  # an enum member, named by hf_config (which imports no Tunix)
+        fields["query_pre_attn_norm"] = module.QueryPreAttentionNormalisation[fields["query_pre_attn_norm"]]
+    return dataclasses.replace(config, **fields)
+
+
+def _carried(model: ModelSpec, hf: dict[str, Any]) -> hf_config.Carried:
+    carried = hf_config.carry(model.family, hf, named_fields(model), "spec.model.checkpointPath: config.json")
+    if carried.errors:
+        raise RLJobError(carried.errors)
+    return carried
+
+
+@contextlib.contextmanager
+def _as_config_says(model: ModelSpec, hf: dict[str, Any] | None, config: Any) -> Iterator[None]:
+    """What Tunix fixes outside its ModelConfig, set from config.json while a model is built: qwen3/llama3
+    rope frequencies (``rope.install``: process state, read when a forward pass is traced) and gemma3's
+    per-layer attention kinds (``GEMMA3_ATTENTION_PATTERN``, read by the constructor; restored after)."""
+    from rljob_trainer import rope
+
+    carried = _carried(model, hf) if hf is not None else hf_config.Carried()
+    if model.family in rope.PATCHED:
+        rope.install(model.family, carried.rope or {"rope_theta": config.rope_theta}, config.head_dim)
+    if model.family != "gemma3" or not carried.layer_types:
+        yield
+        return
+    module = importlib.import_module(FAMILIES["gemma3"].module)
+    kinds = {"global": module.AttentionType.GLOBAL, "sliding": module.AttentionType.LOCAL_SLIDING}
+    saved = module.GEMMA3_ATTENTION_PATTERN
+    module.GEMMA3_ATTENTION_PATTERN = tuple(kinds[k] for k in carried.layer_types)  # one per layer
+    try:
+        yield
+    finally:
+        module.GEMMA3_ATTENTION_PATTERN = saved
 
 
 def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | None = None) -> Any:
     """A Tunix model: the checkpoint's weights (Tunix's safetensors loader) or, without one, random from
     ``seed`` (size tiny). Called once per role (actor, reference), which must start identical.
 
-    Raises RLJobError when the checkpoint's shapes do not fit spec.model.family/size.
+    Raises RLJobError when the checkpoint does not fit spec.model.family/size (already checked before
+    JAX by ``check_checkpoint_dir``; re-checked here for callers that skip start-up).
     """
     from flax import nnx
 
     family = FAMILIES[model.family]
-    config = model_config(model)
-    if checkpoint_dir is None:
-        model_cls = getattr(importlib.import_module(family.module), family.model_class)
-        with mesh:
-            return model_cls(config, rngs=nnx.Rngs(params=seed))
-    import jax.numpy as jnp
+    hf = _checked_hf(model, checkpoint_dir)
+    config = config_from_hf(model, hf)
+    with _as_config_says(model, hf, config):
+        if checkpoint_dir is None:
+            model_cls = getattr(importlib.import_module(family.module), family.model_class)
+            with mesh:
+                return model_cls(config, rngs=nnx.Rngs(params=seed))
+        import jax.numpy as jnp
 
-    errors = _config_mismatch(checkpoint_dir, config, model)
-    if errors:
-        raise RLJobError(errors)
-    loader = importlib.import_module(family.params_module)
-    dtype = jnp.float32 if model.size == TINY else jnp.bfloat16
-    try:
-        return loader.create_model_from_safe_tensors(str(checkpoint_dir), config, mesh=mesh, dtype=dtype)
-    except (ValueError, AssertionError, KeyError) as exc:  # Tunix's loader: shape or name mismatch
-        raise RLJobError(
-            [f"spec.model.checkpointPath: does not fit {model.family}/{model.size}: {str(exc)[:300]}"]
-        ) from None
-
-
-_SHAPE_KEYS = (
-    ("num_hidden_layers", "num_layers"),
-    ("hidden_size", "embed_dim"),
-    ("vocab_size", "vocab_size"),
-)
-
-
-def _config_mismatch(checkpoint_dir: Path, config: Any, model: ModelSpec) -> list[str]:
-    """config.json against the Tunix config of family/size: layers, width, vocabulary."""
-    hf = json.loads((checkpoint_dir / "config.json").read_text())
-    hf = hf.get("text_config", hf)
-    out = []
-    for hf_key, tunix_key in _SHAPE_KEYS:
-        if tunix_key == "vocab_size" and not hasattr(config, tunix_key):
-            tunix_key = "num_embed"  # gemma3
-        want, got = getattr(config, tunix_key, None), hf.get(hf_key)
-        if want is not None and got is not None and want != got:
-            out.append(f"{hf_key} {got} (spec.model {model.family}/{model.size} has {want})")
-    if out:
-        return [f"spec.model.checkpointPath: config.json does not match the model: {', '.join(out)}"]
-    return []
+        loader = importlib.import_module(family.params_module)
+        dtype = jnp.float32 if model.size == TINY else jnp.bfloat16
+        try:
+            return loader.create_model_from_safe_tensors(str(checkpoint_dir), config, mesh=mesh, dtype=dtype)
+        except (ValueError, AssertionError, KeyError) as exc:  # Tunix's loader: shape or name mismatch
+            raise RLJobError(
+                [
+                    f"spec.model.checkpointPath: {checkpoint_dir} does not fit {model.family}/{model.size}: "
+                    f"{str(exc)[:300]}"
+                ]
+            ) from None
 
 
 def build_tokenizer(path: Path | None) -> Any:

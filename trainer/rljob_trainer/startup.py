@@ -18,7 +18,7 @@ from typing import Any
 from rljob.api import RLJobError
 from rljob.api.spec import RLJob
 from rljob.api.workload import RewardSpec
-from rljob_trainer import data, models, rewards, sources
+from rljob_trainer import checkpoint_files, data, models, rewards, sources
 
 DEMO_REWARDS = (RewardSpec(name="answerCharFraction"),)
 """The reward of the built-in demo dataset (spec.data unset)."""
@@ -89,7 +89,9 @@ def prepare(job: RLJob) -> Workload:
         checkpoint_dir = sources.fetch(
             spec.model.checkpointPath, "spec.model.checkpointPath", sources.MODEL_FILES
         )
-        errors = models.check_checkpoint_dir(checkpoint_dir, spec.model)
+        errors = models.check_checkpoint_dir(
+            checkpoint_dir, spec.model, tokenizer_elsewhere=spec.model.tokenizerPath is not None
+        )
         if errors:
             raise RLJobError(errors)
     tokenizer_dir = None
@@ -97,7 +99,12 @@ def prepare(job: RLJob) -> Workload:
         tokenizer_dir = sources.fetch(
             spec.model.tokenizerPath, "spec.model.tokenizerPath", sources.MODEL_FILES
         )
+        folder = tokenizer_dir.parent if tokenizer_dir.is_file() else tokenizer_dir
+        missing = checkpoint_files.tokenizer_error(folder, "spec.model.tokenizerPath")
+        if missing:
+            raise RLJobError([missing])
     tokenizer_field = "spec.model.tokenizerPath" if spec.model.tokenizerPath else "spec.model.checkpointPath"
+    tokenizer_where = tokenizer_dir or checkpoint_dir
     try:
         tokenizer = models.build_tokenizer(tokenizer_dir or checkpoint_dir)
     except Exception as exc:
@@ -109,7 +116,8 @@ def prepare(job: RLJob) -> Workload:
     if limit is not None and vocab > limit:
         raise RLJobError(
             [
-                f"{tokenizer_field}: the tokenizer has {vocab} tokens, more than the model's vocabulary ({limit})"
+                f"{tokenizer_field}: the tokenizer in {tokenizer_where} has {vocab} tokens, more than the "
+                f"model's vocabulary ({limit}{' in ' + str(checkpoint_dir / 'config.json') if checkpoint_dir else ''})"
             ]
         )
     try:
