@@ -428,6 +428,8 @@ def main() -> None:
         )
         if raw["rc"] not in (0, -9):
             print(raw["log_tail"], file=sys.stderr)
+    doc["xla_train_step"] = [xla_train_step(a, int(n)) for n in a.xla_layers.split(",")]
+    doc["load_after"] = load()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
 
