@@ -35,7 +35,7 @@ from tunix.rl.grpo import grpo_learner
 from tunix.rl.rollout import base_rollout
 
 from rljob.api.spec import RLJobSpec
-from rljob_trainer import models, rollout
+from rljob_trainer import memory, models, rollout
 from rljob_trainer.progress import StepRecorder
 
 log = logging.getLogger(__name__)
@@ -361,6 +361,8 @@ def build(
         tokenizer=tokenizer,
         cluster_config=cluster_config(spec, mesh, tokenizer, checkpoint_dir, axis_rules, actor),
     )
+    memory.drop_anchor_copy(cluster)  # memory levers that change no number (memory.py)
+    memory.donate_model_in_train_step(cluster.actor_trainer)
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
     recorder.packed = base is not grpo_learner.GRPOLearner
