@@ -39,17 +39,19 @@ class Prometheus:
         targets: list[str],
         rule_files: list[Path],
         labels: dict[str, str] | None = None,
+        scrape_configs: list[dict[str, Any]] | None = None,
     ) -> None:
+        """``scrape_configs`` replaces the static one built from ``targets`` and ``labels`` (the rehearsal's
+        Kubernetes service discovery: tests/e2e/rehearsal.py)."""
         self.url = f"http://127.0.0.1:{port}"
+        static = {
+            "job_name": "rljob-trainer",
+            "static_configs": [{"targets": targets, "labels": labels or {}}],
+        }
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [
-                {
-                    "job_name": "rljob-trainer",
-                    "static_configs": [{"targets": targets, "labels": labels or {}}],
-                }
-            ],
+            "scrape_configs": scrape_configs or [static],
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = workdir / "prometheus.log"

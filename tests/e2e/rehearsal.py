@@ -1,0 +1,127 @@
+"""Helpers of the rehearsal (tests/e2e/test_rehearsal.py): the locally built images on the real node, the
+chart's PodMonitor as a Prometheus scrape config, the trainer's process on the node, `kubectl get rlj`.
+
+The real node is hack/cluster/node.sh's: a kubelet with its own containerd, labelled as one host of a
+single-host v6e 2x2 Spot pool, which no kwok pool and no other test asks for.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.kube import kubectl
+
+REPO = Path(__file__).resolve().parents[2]
+NODE_SH = REPO / "hack" / "cluster" / "node.sh"
+NODE_NAME = "gke-rljob-real-v6e-2x2-0"
+OPERATOR_IMAGE = "localhost/rljob-operator:dev"
+TRAINER_IMAGE = "localhost/rljob-trainer:dev"
+TPU = {"accelerator": "tpu-v6e-slice", "topology": "2x2", "capacity": {"type": "Spot"}}
+"""The real node's shape: only an RLJob asking for exactly this lands there."""
+NODE_TOLERATIONS = [
+    {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+]
+
+
+def import_images(*images: str) -> dict[str, str]:
+    """Load locally built Docker images into the node's containerd (cached by Docker ID): image -> ID.
+    Fails, naming hack/image.sh, when an image was not built."""
+    proc = subprocess.run(
+        [str(NODE_SH), "import", *images], capture_output=True, text=True, timeout=900, check=False
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"node.sh import failed (build the images with hack/image.sh):\n{proc.stderr}")
+    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
+
+
+def scrape_config(pod_monitor: dict[str, Any], kubeconfig: Path, namespace: str) -> dict[str, Any]:
+    """The scrape job prometheus-operator generates from ``pod_monitor`` (its first endpoint): Kubernetes
+    pod discovery, keep the selected pods' named port, the standard target labels, then the PodMonitor's
+    own relabelings, unchanged. Discovery is limited to ``namespace`` (the chart's default is any)."""
+    spec = pod_monitor["spec"]
+    endpoint = spec["podMetricsEndpoints"][0]
+    keep: list[dict[str, Any]] = []
+    for key, value in spec["selector"]["matchLabels"].items():
+        label = "".join(c if c.isalnum() else "_" for c in key)
+        keep.append(
+            {
+                "action": "keep",
+                "source_labels": [
+                    f"__meta_kubernetes_pod_label_{label}",
+                    f"__meta_kubernetes_pod_labelpresent_{label}",
+                ],
+                "regex": f"({value});true",
+            }
+        )
+    keep.append(
+        {
+            "action": "keep",
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": endpoint["port"],
+        }
+    )
+    standard = [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    ]
+    own = [
+        {"source_labels": r["sourceLabels"], "target_label": r["targetLabel"]}
+        for r in endpoint["relabelings"]
+    ]
+    meta = pod_monitor["metadata"]
+    return {
+        "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/0",
+        "metrics_path": endpoint.get("path", "/metrics"),
+        "kubernetes_sd_configs": [
+            {"role": "pod", "kubeconfig_file": str(kubeconfig), "namespaces": {"names": [namespace]}}
+        ],
+        "relabel_configs": keep + standard + own,
+    }
+
+
+def container_pids(container_id: str) -> list[int]:
+    """PIDs (on this machine) of a container on the real node: tini first, then the trainer."""
+    cid = container_id.split("://", 1)[-1]
+    cluster = os.environ.get("RLJOB_CLUSTER_DIR", "/tmp/rljob-cluster")
+    out = subprocess.run(
+        ["ctr", "--address", f"{cluster}/node/containerd.sock", "-n", "k8s.io", "tasks", "ps", cid],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return [int(line.split()[0]) for line in out.splitlines()[1:] if line.strip()]
+
+
+def trainer_pid(container_id: str) -> int:
+    """The trainer process of the container: tini's child (tini is the image's PID 1)."""
+    pids = container_pids(container_id)
+    tini = min(pids)
+    children = [p for p in pids if _ppid(p) == tini]
+    assert len(children) == 1, f"tini {tini} has children {children} (container pids {pids})"
+    return children[0]
+
+
+def _ppid(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def signal_trainer(container_id: str, sig: signal.Signals) -> int:
+    pid = trainer_pid(container_id)
+    os.kill(pid, sig)
+    return pid
+
+
+def rlj_row(name: str, namespace: str) -> dict[str, str]:
+    """`kubectl get rlj NAME` as {column: value} (the printer columns, as a user sees them)."""
+    header, row = kubectl("get", "rlj", name, "-n", namespace).splitlines()[:2]
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = [*starts[1:], None]
+    return {header[s:e].strip(): row[s:e].strip() for s, e in zip(starts, bounds, strict=True)}
