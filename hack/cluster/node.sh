@@ -71,6 +71,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   sandbox_image = "${PAUSE_IMAGE}"
   # No CAP_SYS_RESOURCE here: without this every sandbox fails to start.
   restrict_oom_score_adj = true
+  # Network namespaces under our state dir (not /run/netns), so node_down's unmount sweep finds them.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -256,6 +258,14 @@ node_down() {
   awk -v d="${NODE_DIR}/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l || true
   iptables -t nat -S PREROUTING 2>/dev/null | grep -F -- "${NAT_COMMENT}" | sed 's/^-A/-D/' |
     while read -r line; do eval "iptables -t nat ${line}"; done || true
+  # The bridge plugin's masquerade rules of sandboxes killed above (no CNI DEL ran for them).
+  local chains
+  chains="$(iptables -t nat -S POSTROUTING 2>/dev/null | grep -F 'name: \"rljob\"' | grep -o 'CNI-[0-9a-f]*' | sort -u)" || true
+  iptables -t nat -S POSTROUTING 2>/dev/null | grep -F 'name: \"rljob\"' | sed 's/^-A/-D/' |
+    while read -r line; do eval "iptables -t nat ${line}"; done || true
+  for t in ${chains}; do
+    iptables -t nat -F "${t}" 2>/dev/null && iptables -t nat -X "${t}" 2>/dev/null || true
+  done
   ip link del "${NODE_BRIDGE}" 2>/dev/null || true
 }
 

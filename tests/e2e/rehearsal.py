@@ -7,9 +7,11 @@ single-host v6e 2x2 Spot pool, which no kwok pool and no other test asks for.
 
 from __future__ import annotations
 
+import ctypes
 import os
-import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +115,28 @@ def _ppid(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def signal_trainer(container_id: str, sig: signal.Signals) -> int:
-    pid = trainer_pid(container_id)
-    os.kill(pid, sig)
-    return pid
+PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH = 0x4206, 0x4207, 17
+WALL = 0x40000000
+
+
+@contextmanager
+def main_thread_stopped(pid: int) -> Iterator[None]:
+    """Stop only the main thread of process ``pid`` (ptrace: seize + interrupt) until the block ends.
+
+    Why not SIGSTOP: it stops every thread, the /metrics server's too, so Prometheus sees the target down
+    (``up == 0``, the series go stale) and no stall rule can see a stall. A hung training loop, the case the
+    stall alert is for, keeps serving its last metrics: stopping the main thread, which runs the loop, is
+    that. The tracee resumes when we detach (or when this process exits)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    for request in (PTRACE_SEIZE, PTRACE_INTERRUPT):
+        if libc.ptrace(request, pid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), f"ptrace {request:#x} of {pid}")
+    os.waitpid(pid, WALL)
+    try:
+        yield
+    finally:
+        libc.ptrace(PTRACE_DETACH, pid, None, None)
 
 
 def rlj_row(name: str, namespace: str) -> dict[str, str]:

@@ -6,7 +6,8 @@ local trainer image, JAX on CPU through spec.env and checkpoints to gs:// on fak
 renders the JobSet, the trainer pod trains in its container on the real node, a real Prometheus scrapes it
 through the chart's PodMonitor relabelling (Kubernetes pod discovery), `kubectl get rlj` shows STEP, REWARD
 and ETA moving, and the RLJob ends Succeeded. The failure half: the pod deleted mid-run resumes from its
-SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), a SIGSTOPped trainer,
+SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), a stopped training loop
+(the stall alert fires and resolves; why not SIGSTOP: rehearsal.main_thread_stopped),
 an image the node does not have (ContainersWaiting with the kubelet's reason), a config the trainer
 refuses (exit 2: Failed, no restart).
 
@@ -16,7 +17,6 @@ the progress columns, the scrape and the phases.
 
 from __future__ import annotations
 
-import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -173,10 +173,10 @@ def test_train_scrape_resume_stall_succeed(
     assert prometheus is not None, "prometheus not found (hack/cluster/build.sh caches it)"
     gcs.client().create_bucket(BUCKET)
     port = procs.free_port()
-    doc = rljob(name, metrics={"port": port, "stallThresholdSeconds": 5})
+    doc = rljob(name, metrics={"port": port, "stallThresholdSeconds": 30})
     doc["spec"]["env"].append({"name": "STORAGE_EMULATOR_HOST", "value": gcs.url})
     doc["spec"]["checkpoint"] = {"directory": f"gs://{BUCKET}/{name}", "interval": 5}
-    doc["spec"]["grpo"]["maxSteps"] = 40
+    doc["spec"]["grpo"]["maxSteps"] = 60
     prom = Prometheus(
         prometheus,
         tmp_path,
@@ -239,19 +239,20 @@ def test_train_scrape_resume_stall_succeed(
         assert resumed == saved, "a step was skipped or repeated across the restart"
         wait_for(lambda: (get("rljob", name, ns) or {}).get("status", {}).get("restarts") == 1, timeout=60)
 
-        # The stall: the trainer process stopped, then continued.
+        # The stall: the trainer's training loop (its main thread) stopped, then continued.
         cid = new["status"]["containerStatuses"][0]["containerID"]
-        pid = rehearsal.signal_trainer(cid, signal.SIGSTOP)
-        say(f"SIGSTOP trainer pid {pid}")
-        try:
+        pid = rehearsal.trainer_pid(cid)
+        stepped = f'rljob_trainer_steps_total{{namespace="{ns}",rljob="{name}",restart_attempt="1"}} > 0'
+        prom.wait_for(lambda: prom.query(stepped), 300, "a step of the restarted trainer")
+        with rehearsal.main_thread_stopped(pid):
+            say(f"trainer pid {pid}: main thread stopped")
             alert = prom.wait_for(
                 lambda: prom.firing("RLJobTrainingStalled"), 120, "RLJobTrainingStalled firing"
             )
             say("firing:", alert)
-        finally:
-            rehearsal.signal_trainer(cid, signal.SIGCONT)
-            say(f"SIGCONT trainer pid {pid}")
+        say(f"trainer pid {pid}: main thread continued")
         prom.wait_for(lambda: not prom.alerts("RLJobTrainingStalled"), 120, "RLJobTrainingStalled resolved")
+        say("RLJobTrainingStalled resolved")
 
         wait_for(lambda: phase(name, ns) == "Succeeded", timeout=600, interval=2, message="Succeeded")
         say("kubectl get rlj:", rehearsal.rlj_row(name, ns))
