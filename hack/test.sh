@@ -14,6 +14,9 @@ ruff format --check .
 echo "== simulated cluster binaries"
 hack/cluster/build.sh
 
+echo "== images (hack/image.sh: tests/e2e/test_rehearsal.py runs them on the cluster's real node)"
+hack/image.sh operator trainer
+
 echo "== pytest"
 # The e2e fixture starts the cluster (or attaches to a running one) and stops what it started.
 pytest "$@"

@@ -20,8 +20,11 @@ from tests.e2e.kube import kubectl
 REPO = Path(__file__).resolve().parents[2]
 NODE_SH = REPO / "hack" / "cluster" / "node.sh"
 NODE_NAME = "gke-rljob-real-v6e-2x2-0"
-OPERATOR_IMAGE = "localhost/rljob-operator:dev"
-TRAINER_IMAGE = "localhost/rljob-trainer:dev"
+# hack/image.sh's names (same environment variables).
+_PREFIX = os.environ.get("RLJOB_IMAGE_PREFIX", "localhost/rljob-")
+_TAG = os.environ.get("RLJOB_IMAGE_TAG", "dev")
+OPERATOR_IMAGE = f"{_PREFIX}operator:{_TAG}"
+TRAINER_IMAGE = f"{_PREFIX}trainer:{_TAG}"
 TPU = {"accelerator": "tpu-v6e-slice", "topology": "2x2", "capacity": {"type": "Spot"}}
 """The real node's shape: only an RLJob asking for exactly this lands there."""
 NODE_TOLERATIONS = [
@@ -41,25 +44,28 @@ def import_images(*images: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
 
 
-def scrape_config(pod_monitor: dict[str, Any], kubeconfig: Path, namespace: str) -> dict[str, Any]:
-    """The scrape job prometheus-operator generates from ``pod_monitor`` (its first endpoint): Kubernetes
-    pod discovery, keep the selected pods' named port, the standard target labels, then the PodMonitor's
-    own relabelings, unchanged. Discovery is limited to ``namespace`` (the chart's default is any)."""
+def _meta(key: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in key)
+
+
+def scrape_config(pod_monitor: dict[str, Any], targets_file: Path) -> dict[str, Any]:
+    """The scrape job prometheus-operator generates from ``pod_monitor`` (its first endpoint): keep the
+    selected pods' named port, the standard target labels, then the PodMonitor's own relabelings,
+    unchanged. Discovery is ``targets_file`` (file_sd), which :func:`pod_targets` fills with what
+    Kubernetes pod discovery would give: Debian's Prometheus is built without kubernetes_sd_configs."""
     spec = pod_monitor["spec"]
     endpoint = spec["podMetricsEndpoints"][0]
-    keep: list[dict[str, Any]] = []
-    for key, value in spec["selector"]["matchLabels"].items():
-        label = "".join(c if c.isalnum() else "_" for c in key)
-        keep.append(
-            {
-                "action": "keep",
-                "source_labels": [
-                    f"__meta_kubernetes_pod_label_{label}",
-                    f"__meta_kubernetes_pod_labelpresent_{label}",
-                ],
-                "regex": f"({value});true",
-            }
-        )
+    keep: list[dict[str, Any]] = [
+        {
+            "action": "keep",
+            "source_labels": [
+                f"__meta_kubernetes_pod_label_{_meta(key)}",
+                f"__meta_kubernetes_pod_labelpresent_{_meta(key)}",
+            ],
+            "regex": f"({value});true",
+        }
+        for key, value in spec["selector"]["matchLabels"].items()
+    ]
     keep.append(
         {
             "action": "keep",
@@ -80,11 +86,40 @@ def scrape_config(pod_monitor: dict[str, Any], kubeconfig: Path, namespace: str)
     return {
         "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/0",
         "metrics_path": endpoint.get("path", "/metrics"),
-        "kubernetes_sd_configs": [
-            {"role": "pod", "kubeconfig_file": str(kubeconfig), "namespaces": {"names": [namespace]}}
-        ],
+        "file_sd_configs": [{"files": [str(targets_file)]}],
         "relabel_configs": keep + standard + own,
     }
+
+
+def pod_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Kubernetes pod discovery's targets for ``pods``: one per container port of a pod with an IP, with
+    the ``__meta_kubernetes_*`` labels that discovery sets (the subset the relabelling reads, and more)."""
+    groups = []
+    for pod in pods:
+        ip = (pod.get("status") or {}).get("podIP")
+        if not ip:
+            continue
+        meta = pod["metadata"]
+        base = {
+            "__meta_kubernetes_namespace": meta["namespace"],
+            "__meta_kubernetes_pod_name": meta["name"],
+            "__meta_kubernetes_pod_ip": ip,
+            "__meta_kubernetes_pod_node_name": pod["spec"].get("nodeName", ""),
+            "__meta_kubernetes_pod_phase": pod["status"].get("phase", ""),
+        }
+        for key, value in (meta.get("labels") or {}).items():
+            base[f"__meta_kubernetes_pod_label_{_meta(key)}"] = value
+            base[f"__meta_kubernetes_pod_labelpresent_{_meta(key)}"] = "true"
+        for c in pod["spec"]["containers"]:
+            for port in c.get("ports") or []:
+                labels = {
+                    **base,
+                    "__meta_kubernetes_pod_container_name": c["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                    "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
+                }
+                groups.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": labels})
+    return groups
 
 
 def container_pids(container_id: str) -> list[int]:
