@@ -15,7 +15,14 @@ cluster-up:
 cluster-down:
 	hack/cluster/down.sh
 
-.PHONY: venv demo test generate lint
+.PHONY: venv demo test generate lint images
+
+# Build the operator, trainer and trainer-maxtext images from the Dockerfile (Docker daemon and stand-in base
+# images made here when missing; cached by content): localhost/rljob-<target>:dev (options: hack/image.sh).
+# IMAGES_ARGS: e.g. IMAGES_ARGS='--save /tmp/rljob-images trainer'.
+IMAGES_ARGS ?=
+images:
+	hack/image.sh $(IMAGES_ARGS)
 
 # Create/refresh .venv with the operator, trainer and dev extras (uv; cached by pyproject hash).
 venv:

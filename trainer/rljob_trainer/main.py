@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
-from rljob_trainer import models, rollout, sigterm, sources, startup
+from rljob_trainer import models, platforms, rollout, sigterm, sources, startup
 from rljob_trainer.console import console
 from rljob_trainer.options import add_train_options
 from rljob_trainer.progress import StepCallback, StepRecorder, summary
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"source unavailable (retryable): {exc}", file=sys.stderr)
         return EXIT_RETRYABLE
 
+    platforms.apply()  # before JAX is imported: no libtpu error page where no TPU is attached
     _configure_logging()
     spec = job.spec
     print(
