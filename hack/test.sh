@@ -16,6 +16,7 @@ echo "== simulated cluster binaries"
 hack/cluster/build.sh
 
 echo "== images (hack/image.sh: the Docker daemon, stand-in bases, the three targets; cached by content)"
+# tests/e2e/test_rehearsal.py runs the operator and trainer images on the cluster's real node.
 hack/image.sh
 export RLJOB_REQUIRE_IMAGES=1  # tests/images: a missing image fails, it does not skip
 

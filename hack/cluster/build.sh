@@ -52,15 +52,10 @@ finish() {
 # The wrapper requires k8s.io/kubernetes and replaces each staging module with
 # its published v0.<minor>.<patch> tag. The list is derived from Kubernetes'
 # own go.mod so it stays right when the version moves.
-build_kubernetes() {
-  local dir tmp src kmod staging_ver
-  dir="$(kube_dir)"
-  if have "${dir}" kube-apiserver kube-controller-manager kube-scheduler kubectl; then
-    log "kubernetes ${KUBERNETES_VERSION}: cached"
-    return
-  fi
-  log "kubernetes ${KUBERNETES_VERSION}: building (cold build takes 15-40 min on 2 cores)"
-  src="${RLJOB_SRC_CACHE}/kubernetes-${KUBERNETES_VERSION}"
+# kube_wrapper SRC -> write SRC/go.mod: requires k8s.io/kubernetes and replaces each
+# staging module with its published v0.<minor>.<patch> tag.
+kube_wrapper() {
+  local src="$1" kmod staging_ver n
   rm -rf "${src}" && mkdir -p "${src}"
   kmod="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | json_field GoMod)"
   staging_ver="v0.${KUBERNETES_VERSION#v1.}"   # v1.36.3 -> v0.36.3
@@ -78,32 +73,68 @@ build_kubernetes() {
     sed -n -E "s#^[[:space:]]*(k8s\.io/[^ ]+) => \./staging/src/k8s\.io/[^ ]+[[:space:]]*\$#\t\1 => \1 ${staging_ver}#p" "${kmod}"
     echo ")"
   } >"${src}/go.mod"
-  local n
   n="$(grep -c '=> k8s.io/' "${src}/go.mod")"
   [[ "${n}" -gt 20 ]] || die "derived only ${n} staging replace lines from ${kmod}; format changed?"
+}
 
-  local pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+# kube_build SRC OUTDIR PKG... -> resolve PKGs at KUBERNETES_VERSION in the wrapper SRC and
+# build them, version-stamped, into OUTDIR (one invocation: they share their common packages).
+kube_build() {
+  local src="$1" out="$2"
+  shift 2
+  local pkgs=("$@")
   # Resolve the module graph and fill go.sum for exactly these packages. The
   # explicit @version matters: a bare `go get pkg` would upgrade to the latest.
   (cd "${src}" && go get "${pkgs[@]/%/@${KUBERNETES_VERSION}}")
   grep -q "k8s.io/kubernetes ${KUBERNETES_VERSION}\$" "${src}/go.mod" ||
     die "go get moved k8s.io/kubernetes off ${KUBERNETES_VERSION}: $(grep 'k8s.io/kubernetes v' "${src}/go.mod")"
-
   # Stamp the version: component-base is what the binaries report, client-go is
   # what kubectl/helm send as user agent and use for version checks.
-  local minor="${KUBERNETES_VERSION#v1.}" ld="-s -w"
+  local minor="${KUBERNETES_VERSION#v1.}" ld="-s -w" p
   minor="${minor%%.*}"
-  local p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X ${p}.gitVersion=${KUBERNETES_VERSION} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${minor}"
     ld+=" -X ${p}.gitTreeState=clean -X ${p}.buildDate=1970-01-01T00:00:00Z"
   done
-  tmp="${dir}.tmp"
-  rm -rf "${tmp}" && mkdir -p "${tmp}"
-  # One invocation so the four binaries share the compile of their common packages.
-  (cd "${src}" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "${ld}" -o "${tmp}/" "${pkgs[@]}")
-  finish "${tmp}" "${dir}"
+  rm -rf "${out}" && mkdir -p "${out}"
+  (cd "${src}" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "${ld}" -o "${out}/" "${pkgs[@]}")
+}
+
+build_kubernetes() {
+  local dir
+  dir="$(kube_dir)"
+  if have "${dir}" kube-apiserver kube-controller-manager kube-scheduler kubectl; then
+    log "kubernetes ${KUBERNETES_VERSION}: cached"
+    return
+  fi
+  log "kubernetes ${KUBERNETES_VERSION}: building (cold build takes 15-40 min on 2 cores)"
+  kube_wrapper "${RLJOB_SRC_CACHE}/kubernetes-${KUBERNETES_VERSION}"
+  kube_build "${RLJOB_SRC_CACHE}/kubernetes-${KUBERNETES_VERSION}" "${dir}.tmp" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+  finish "${dir}.tmp" "${dir}"
+}
+
+# --- The real node (hack/cluster/node.sh): kubelet and the pause binary ---------------
+# Its own folder and wrapper so that adding it left the cached control plane alone; it
+# shares the Go build cache with build_kubernetes (about a minute warm, on top of it).
+# The pause binary is Kubernetes' own pause.c (shipped in the module), linked statically:
+# the sandbox image is made from it (node.sh), because no registry is reachable.
+build_kubelet() {
+  local dir
+  dir="$(kubelet_dir)"
+  if have "${dir}" kubelet pause; then
+    log "kubelet ${KUBERNETES_VERSION}: cached"
+    return
+  fi
+  log "kubelet ${KUBERNETES_VERSION}: building"
+  kube_wrapper "${RLJOB_SRC_CACHE}/kubelet-${KUBERNETES_VERSION}"
+  kube_build "${RLJOB_SRC_CACHE}/kubelet-${KUBERNETES_VERSION}" "${dir}.tmp" k8s.io/kubernetes/cmd/kubelet
+  local mod
+  mod="$(cd "${RLJOB_SRC_CACHE}" && go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | json_field Dir)"
+  command -v gcc >/dev/null 2>&1 || die "gcc not found (the pause binary is compiled from Kubernetes' pause.c)"
+  gcc -Os -static -Wall -DVERSION="${KUBERNETES_VERSION}-rljob" -o "${dir}.tmp/pause" "${mod}/build/pause/linux/pause.c"
+  finish "${dir}.tmp" "${dir}"
 }
 
 # --- Everything else: one small wrapper module per tool -----------------------
@@ -197,6 +228,7 @@ main() {
     return
   fi
   build_kubernetes
+  build_kubelet
   go_tool etcd "$(etcd_dir)" go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" go.etcd.io/etcd/server/v3
   go_tool jobset "$(jobset_dir)" sigs.k8s.io/jobset "${JOBSET_VERSION}" sigs.k8s.io/jobset
   go_tool kueue "$(kueue_dir)" sigs.k8s.io/kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \

@@ -6,6 +6,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
 source "${HERE}/lib.sh"
+# shellcheck source=SCRIPTDIR/node.sh
+source "${HERE}/node.sh"
 lock_cluster
 
 # stop NAME -> SIGTERM the recorded pid, SIGKILL after 10 s. Only if the pid still
@@ -31,6 +33,9 @@ stop() {
   rm -f "${PID_DIR}/${name}.pid"
   log "stopped ${name}"
 }
+
+# The real node first: its pod containers would outlive containerd, its mounts block the rm below.
+node_down
 
 if [[ -f "${PID_DIR}/order" ]]; then
   # Clients of the apiserver (kwok, controllers, anything else recorded) first and

@@ -34,6 +34,7 @@ json_field() {
 }
 
 kube_dir() { echo "${RLJOB_BIN_CACHE}/kubernetes-${KUBERNETES_VERSION}"; }
+kubelet_dir() { echo "${RLJOB_BIN_CACHE}/kubelet-${KUBERNETES_VERSION}"; }
 etcd_dir() { echo "${RLJOB_BIN_CACHE}/etcd-${ETCD_VERSION}"; }
 jobset_dir() { echo "${RLJOB_BIN_CACHE}/jobset-${JOBSET_VERSION}"; }
 kueue_dir() { echo "${RLJOB_BIN_CACHE}/kueue-${KUEUE_VERSION}"; }

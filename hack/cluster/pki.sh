@@ -12,6 +12,8 @@
 #   kueue-controller               bound to Kueue's own ClusterRole by up.sh (kueue.sh)
 #   kwok-controller                O=system:masters: it plays every kubelet, whose
 #                                  Node authorizer rights have no RBAC equivalent
+#   system:node:<real node>        the real node's kubelet (node.sh), bound to the system:node role
+#   kube-apiserver-kubelet-client  O=system:masters: the apiserver towards that kubelet
 
 # new_ca -> ca.crt/ca.key, valid 10 years (the cluster is throwaway, renewal is a restart).
 new_ca() {
@@ -77,6 +79,8 @@ make_pki() {
   new_cert jobset-controller "/CN=jobset-controller" clientAuth
   new_cert kueue-controller "/CN=kueue-controller" clientAuth
   new_cert kwok-controller "/O=system:masters/CN=kwok-controller" clientAuth
+  # The apiserver's client cert towards the real node's kubelet (logs, exec); the kubelet's own is node.sh's.
+  new_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
   # ServiceAccount token signing key pair.
   openssl genrsa -out "${PKI_DIR}/sa.key" 2048 2>/dev/null
   openssl rsa -in "${PKI_DIR}/sa.key" -pubout -out "${PKI_DIR}/sa.pub" 2>/dev/null

@@ -3,6 +3,7 @@
 #
 #   etcd -> kube-apiserver (RBAC, PodSecurity) -> kube-controller-manager, kube-scheduler
 #   -> JobSet CRD + controller (webhooks registered by URL) -> Kueue (kueue.sh) -> kwok + fake TPU nodes
+#   -> one real node: containerd + kubelet + bridge CNI (node.sh)
 #
 # Idempotent: if a cluster is already running from $RLJOB_CLUSTER_DIR and healthy,
 # attach to it (add Kueue if it is not running yet, check readiness, print the KUBECONFIG). Otherwise stop whatever is
@@ -20,6 +21,8 @@ source "${HERE}/lib.sh"
 source "${HERE}/pki.sh"
 # shellcheck source=SCRIPTDIR/kueue.sh
 source "${HERE}/kueue.sh"
+# shellcheck source=SCRIPTDIR/node.sh
+source "${HERE}/node.sh"
 
 lock_cluster
 "${HERE}/build.sh" >&2
@@ -91,11 +94,11 @@ spec:
 EOF
 }
 
-# All nodes of nodepools.txt exist and are Ready (kwok has initialized them).
+# All kwok nodes of nodepools.txt exist and are Ready (kwok has initialized them).
 nodes_ready() {
   local want statuses
   want="$("${HERE}/nodes.sh" | grep -c '^kind: Node$')"
-  statuses="$(kc get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')"
+  statuses="$(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')"
   [[ "$(grep -c '^True$' <<<"${statuses}")" -eq "${want}" ]]
 }
 
@@ -107,6 +110,7 @@ wait_ready() {
   wait_until 90 "JobSet webhooks (server-side dry-run create)" probe_jobset
   wait_until 90 "ServiceAccount default/default" kc get serviceaccount default -n default
   wait_until 90 "fake nodes Ready" nodes_ready
+  wait_until 180 "real node ${NODE_NAME} Ready with google.com/tpu" node_ready
 }
 
 finish() {
@@ -120,6 +124,7 @@ main() {
   if all_alive && kc get --raw /readyz >/dev/null 2>&1; then
     log "attaching to the cluster running from ${RLJOB_CLUSTER_DIR}"
     ensure_kueue
+    ensure_node
     wait_ready
     finish
     return
@@ -157,7 +162,10 @@ main() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="${PKI_DIR}/sa.pub" \
     --service-account-signing-key-file="${PKI_DIR}/sa.key" \
-    --cert-dir="${PKI_DIR}/apiserver-certs"
+    --cert-dir="${PKI_DIR}/apiserver-certs" \
+    --kubelet-client-certificate="${PKI_DIR}/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="${PKI_DIR}/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP
   wait_until 120 "kube-apiserver /readyz" kc get --raw /readyz
 
   # kube-controller-manager: Job, garbage collector, namespace, ServiceAccount (+token)
@@ -217,6 +225,7 @@ EOF
     --server-address="127.0.0.1:${KWOK_PORT}" --cidr=10.244.0.1/16 --node-ip=10.128.0.1 \
     "${stage_flags[@]}"
   "${HERE}/nodes.sh" | kc apply -f - >&2
+  ensure_node
 
   wait_ready
   log "fresh start took $((SECONDS - t0))s"

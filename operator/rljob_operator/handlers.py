@@ -61,6 +61,15 @@ def jobset_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: An
         reconcile.on_jobset_event(memo.kube, event.get("type"), body)
 
 
+@kopf.on.event(
+    "", "v1", "pods", labels={names.LABEL_NAME: kopf.PRESENT, names.LABEL_ROLE: names.ROLE_TRAINER}
+)
+def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A trainer pod changed: a container the kubelet cannot start shows on the RLJob (pod_waiting.py)."""
+    with memo.metrics.reconcile("pod", error_kind):
+        reconcile.on_pod_event(memo.kube, body)
+
+
 @kopf.on.event(*RLJOB)
 def rljob_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Keep the RLJob metrics (phase, restarts) current (and forget deleted RLJobs)."""

@@ -19,6 +19,7 @@ from rljob.api import RLJobError, parse_rljob
 from rljob.api.spec import KIND
 from rljob_operator import names
 from rljob_operator.kube import Kube, controller_uid, plain
+from rljob_operator.pod_waiting import stuck_container, with_waiting
 from rljob_operator.render import RenderOptions, render_objects
 from rljob_operator.slices import slice_shape
 from rljob_operator.status import (
@@ -218,3 +219,27 @@ def on_jobset_event(
         owner_uid=controller_uid(js),
         deleted=event_type == "DELETED",
     )
+
+
+def on_pod_event(kube: Kube, pod: Mapping[str, Any]) -> None:
+    """A trainer pod changed: if a container of it is stuck (image not pulled, not creatable), say so on
+    its RLJob (``ContainersWaiting``, the kubelet's reason). Other pod changes cost no API call."""
+    raw = plain(pod)
+    waiting = stuck_container(raw)
+    if waiting is None:
+        return
+    ns, name = raw["metadata"]["namespace"], raw["metadata"]["labels"][names.LABEL_NAME]
+    for _ in range(STATUS_WRITE_ATTEMPTS):
+        job = kube.get_rljob(ns, name)
+        if job is None:
+            return
+        new = with_waiting(job.get("status") or {}, waiting, now=now())
+        if new is None:
+            return
+        try:
+            kube.patch_rljob_status(ns, name, new, job["metadata"]["resourceVersion"])
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    raise kopf.TemporaryError(f"status of {ns}/{name} kept conflicting", delay=1)

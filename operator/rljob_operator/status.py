@@ -22,6 +22,7 @@ from typing import Any, Literal
 from rljob.api.spec import TERMINAL_PHASES, RLJob
 from rljob_operator import progress
 from rljob_operator.conditions import Condition, clear_condition, set_condition, set_on, timestamp
+from rljob_operator.pod_waiting import CONTAINERS_WAITING
 from rljob_operator.slices import slice_shape
 
 # Condition types on the RLJob (documented on RLJobStatus.conditions).
@@ -150,6 +151,8 @@ def _conditions_for(
         conds = set_condition(conds, SUCCEEDED, True, obs.reason, obs.message, **kw)
     if obs.phase == "Failed":
         conds = set_condition(conds, FAILED, True, obs.reason, obs.message, **kw)
+    if obs.phase in ("Running", "Succeeded", "Failed"):  # the pod watcher sets it (pod_waiting.py)
+        conds = clear_condition(conds, CONTAINERS_WAITING, obs.reason, obs.message, **kw)
     if obs.phase != "Running":  # the progress timer sets it while Running; it means nothing otherwise
         conds = clear_condition(conds, progress.STALLED, obs.reason, obs.message, **kw)
     return conds

@@ -230,8 +230,10 @@ class RLJobStatus(Model):
     """Pending, Queued (waiting for Kueue's admission), Running, Restarting, Suspended, Succeeded or
     Failed. Succeeded and Failed are final."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Standard conditions: Created, Running, Suspended, Queued, Restarting, Succeeded, Failed, and Stalled (no step
-    on trainer host 0 within its stall threshold, or its first-step grace before the first step)."""
+    """Standard conditions: Created, Running, Suspended, Queued, Restarting, Succeeded, Failed, Stalled (no step
+    on trainer host 0 within its stall threshold, or its first-step grace before the first step), and
+    ContainersWaiting (a trainer container the kubelet cannot start, with its reason: ErrImagePull,
+    ImagePullBackOff, ErrImageNeverPull, CreateContainerConfigError...; False once every slice is ready)."""
     jobSetName: str | None = None
     """Name of the JobSet that runs this RLJob."""
     restarts: int = 0

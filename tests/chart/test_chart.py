@@ -210,17 +210,18 @@ def test_progress_interval_is_a_value() -> None:
 # --- RBAC ---------------------------------------------------------------------------------------------
 
 
-def test_rbac_has_nothing_on_secrets_and_pods_only_listed() -> None:
+def test_rbac_has_nothing_on_secrets_and_pods_only_listed_and_watched() -> None:
     for sets in ([], ["operator.watchNamespaces={team-a}"]):
         for rule in rules_of(template(*sets)):
             assert WILDCARD not in rule.get("apiGroups", []), rule
             assert WILDCARD not in rule.get("resources", []), rule
             assert WILDCARD not in rule.get("verbs", []), rule
             assert "secrets" not in rule.get("resources", []), rule
-            # the Job controller creates the pods; the operator only lists them (trainer host 0's IP)
+            # the Job controller creates the pods; the operator only lists them (trainer host 0's IP) and
+            # watches them (ContainersWaiting)
             assert not {"pods/exec", "pods/log", "pods/attach"} & set(rule.get("resources", [])), rule
             if "pods" in rule.get("resources", []):
-                assert rule["resources"] == ["pods"] and rule["verbs"] == ["list"], rule
+                assert rule["resources"] == ["pods"] and rule["verbs"] == ["list", "watch"], rule
             assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(
                 rule["verbs"]
             ), rule
@@ -242,6 +243,7 @@ def test_rbac_grants_what_the_operator_and_kopf_call() -> None:
         ("", "configmaps", "get"),
         ("", "events", "create"),
         ("", "pods", "list"),
+        ("", "pods", "watch"),
         ("kopf.dev", "clusterkopfpeerings", "patch"),
         ("kopf.dev", "clusterkopfpeerings", "watch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),

@@ -30,7 +30,7 @@ class Prometheus:
 
     ``labels`` are added to every target (e.g. ``namespace``, which a PodMonitor would add in a cluster).
     ``scrape_configs``, when given, replace that static job (e.g. pod discovery against the simulated
-    apiserver, tests/e2e/test_two_releases.py).
+    apiserver: tests/e2e/test_two_releases.py, tests/e2e/rehearsal.py).
     """
 
     def __init__(
@@ -44,17 +44,14 @@ class Prometheus:
         scrape_configs: list[dict[str, Any]] | None = None,
     ) -> None:
         self.url = f"http://127.0.0.1:{port}"
+        static = {
+            "job_name": "rljob-trainer",
+            "static_configs": [{"targets": targets, "labels": labels or {}}],
+        }
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": scrape_configs
-            if scrape_configs is not None
-            else [
-                {
-                    "job_name": "rljob-trainer",
-                    "static_configs": [{"targets": targets, "labels": labels or {}}],
-                }
-            ],
+            "scrape_configs": scrape_configs or [static],
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = workdir / "prometheus.log"
