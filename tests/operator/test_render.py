@@ -126,7 +126,7 @@ def test_failure_policy():
 
 
 def test_pod_template_basics():
-    js = _jobset(make_rljob("abc").metrics_port(9100).pod_annotation("k", "v").priority_class("p"))
+    js = _jobset(make_rljob("abc").metrics_port(9200).pod_annotation("k", "v").priority_class("p"))
     pod = _pod(js)
     spec, c = pod["spec"], pod["spec"]["containers"][0]
     assert pod["metadata"]["labels"] == {"rljob.dev/name": "abc", "rljob.dev/role": "trainer"}
@@ -134,9 +134,9 @@ def test_pod_template_basics():
     assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert spec["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists"}]
     assert spec["priorityClassName"] == "p"
-    assert c["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9200, "protocol": "TCP"}]
     env = {e["name"]: e for e in c["env"]}
-    assert env["RLJOB_METRICS_PORT"]["value"] == "9100"
+    assert env["RLJOB_METRICS_PORT"]["value"] == "9200"
     for var, label in [
         ("JOBSET_NAME", "jobset.sigs.k8s.io/jobset-name"),
         ("REPLICATED_JOB_NAME", "jobset.sigs.k8s.io/replicatedjob-name"),

@@ -35,7 +35,7 @@ CASES: dict[str, RLJobBuilder] = {
     "pod-annotations-metrics-port": make_rljob("annotated")
     .pod_annotation("gke-gcsfuse/volumes", "true")
     .pod_annotation("a.example/b", "c")
-    .metrics_port(9100),
+    .metrics_port(9200),
     # GKE capacity types (on-demand is every other case)
     "capacity-spot": make_rljob("spot").set("spec.tpu.capacity", {"type": "Spot"}),
     "capacity-reservation": make_rljob("reserved").set(
