@@ -136,6 +136,23 @@ MUTATIONS = {
         '{project_id=%q,cluster=%q,namespace=%q,rljob=%q}" $labels.project_id $labels.cluster',
         '{namespace=%q,rljob=%q}"',
     ),
+    # a trainer that stops answering scrapes (alerts_down_test.yaml)
+    "silent trainers not read back": ("[8d]", "[5m]"),
+    "silent trainers ignore the operator": (
+        '{phase="Running"}\n              == on',
+        '{phase="Never"}\n              == on',
+    ),
+    "silent trainers of a deleted RLJob": (
+        'rljob_operator_rljob_status_phase_timestamp_seconds{phase="Running"}\n              == on (project_id, '
+        "cluster, rljob_namespace, rljob) group_left ()\n              max by (project_id, cluster, rljob_namespace, "
+        "rljob) (rljob_operator_rljob_status_phase_timestamp_seconds)",
+        'last_over_time(rljob_operator_rljob_status_phase_timestamp_seconds{phase="Running"}[8d])',
+    ),
+    "silent finished process counts": (">= last_over_time(rljob_trainer_max_steps[8d])", "> 1e12"),
+    "old samples read while served": (
+        "unless on (project_id, cluster, namespace, rljob)\n            rljob_trainer_last_step_timestamp_seconds\n",
+        "",
+    ),
     "phase read by which series exist": (
         "== on (project_id, cluster, rljob_namespace, rljob) group_left ()",
         ">= 0 or on (project_id, cluster, rljob_namespace, rljob)",
