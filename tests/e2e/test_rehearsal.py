@@ -4,11 +4,13 @@
 node (hack/cluster/node.sh: kubelet + containerd); `kubectl apply` the tiny example as an RLJob with the
 local trainer image, JAX on CPU through spec.env and checkpoints to gs:// on fake-gcs-server; the operator
 renders the JobSet, the trainer pod trains in its container on the real node, a real Prometheus scrapes it
-through the chart's PodMonitor relabelling (the pods' discovery labels written to a file_sd file: Debian's
+through the chart's PodMonitor relabelling, and the operator through its ServiceMonitor
+(tests/e2e/podmonitor_scrape.py: the pods' discovery labels written to a file_sd file, as Debian's
 Prometheus has no kubernetes_sd_configs), `kubectl get rlj` shows STEP, REWARD
 and ETA moving, and the RLJob ends Succeeded. The failure half: the pod deleted mid-run resumes from its
-SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), a stopped training loop
-(the stall alert fires and resolves; why not SIGSTOP: rehearsal.main_thread_stopped),
+SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), the trainer process
+frozen whole with SIGSTOP (its /metrics stops answering, the target goes down; the stall alert fires on
+its last-step timestamp and the operator's Running phase, and resolves after SIGCONT),
 an image the node does not have (ContainersWaiting with the kubelet's reason), a config the trainer
 refuses (exit 2: Failed, no restart).
 
@@ -19,6 +21,8 @@ the progress columns, the scrape and the phases.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import uuid
@@ -32,6 +36,7 @@ import yaml
 from tests import procs
 from tests.e2e import rehearsal
 from tests.e2e.kube import condition, fresh_namespace, get, kubectl, list_items, wait_for
+from tests.e2e.podmonitor_scrape import discovered_targets, scrape_configs
 from tests.e2e.test_chart import CHART, helm, helm_cleanup
 from tests.observability.conftest import RULES, find_binary
 from tests.observability.prom import Prometheus
@@ -50,7 +55,8 @@ def say(*parts: Any) -> None:
 @pytest.fixture(scope="module")
 def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The images on the node, a namespace, and the chart installed there with the local operator image,
-    its pod on the real node. Yields namespace, release and the rendered PodMonitor."""
+    its pod on the real node. Yields namespace, release and the monitors to scrape: the rendered trainer
+    PodMonitor and the operator's ServiceMonitor (as a PodMonitor)."""
     ids = rehearsal.import_images(rehearsal.OPERATOR_IMAGE, rehearsal.TRAINER_IMAGE)
     for image, image_id in ids.items():
         say("image on the node:", image, image_id)
@@ -62,12 +68,12 @@ def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             "operator": {"watchNamespaces": [ns], "progressIntervalSeconds": 2},
             "nodeSelector": {"kubernetes.io/hostname": rehearsal.NODE_NAME},
             "tolerations": rehearsal.NODE_TOLERATIONS,
-            "metrics": {"podMonitor": {"interval": "1s"}},
+            "metrics": {"podMonitor": {"interval": "1s"}, "serviceMonitor": {"interval": "1s"}},
         }
         (work / "values.yaml").write_text(yaml.safe_dump(values))
         args = [str(CHART), "--namespace", ns, "-f", str(work / "values.yaml")]
-        pod_monitor = next(
-            d
+        rendered = {
+            d["kind"]: d
             for d in yaml.safe_load_all(
                 helm(
                     "template",
@@ -79,8 +85,9 @@ def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
                     "1.36.3",
                 )
             )
-            if d and d["kind"] == "PodMonitor"
-        )
+            if d and d["kind"] in ("PodMonitor", "ServiceMonitor")
+        }
+        monitors = [rendered["PodMonitor"], rehearsal.operator_pod_monitor(rendered["ServiceMonitor"])]
         try:
             t0 = time.monotonic()
             helm("install", release, *args, "--wait", "--timeout", "240s")
@@ -90,7 +97,7 @@ def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             say("operator container", cs["containerID"], "image", cs["image"], "imageID", cs["imageID"])
             assert pod["spec"]["nodeName"] == rehearsal.NODE_NAME, pod["spec"].get("nodeName")
             assert cs["imageID"].endswith(ids[rehearsal.OPERATOR_IMAGE].split(":")[-1]), (cs, ids)
-            yield {"ns": ns, "release": release, "pod_monitor": pod_monitor, "work": work, "ids": ids}
+            yield {"ns": ns, "release": release, "monitors": monitors, "work": work, "ids": ids}
         finally:
             if pod := next(iter(list_items("pods", ns, f"app.kubernetes.io/instance={release}")), None):
                 log = kubectl("logs", "-n", ns, pod["metadata"]["name"], "--tail=40", check=False)
@@ -134,7 +141,7 @@ def running_trainer(name: str, ns: str, attempt: str) -> dict[str, Any] | None:
 
 class Discovery:
     """Pod discovery for the rehearsal's Prometheus: the namespace's pods, as Kubernetes discovery would
-    label them, written to a file_sd file every second (rehearsal.scrape_config says why)."""
+    label them, written to a file_sd file every second (tests/e2e/podmonitor_scrape.py says why)."""
 
     def __init__(self, ns: str, path: Path) -> None:
         self.ns, self.path = ns, path
@@ -145,7 +152,7 @@ class Discovery:
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rehearsal.pod_targets(list_items("pods", self.ns))))
+        tmp.write_text(json.dumps(discovered_targets(list_items("pods", self.ns))))
         tmp.rename(self.path)
 
     def _run(self) -> None:
@@ -225,7 +232,7 @@ def test_train_scrape_resume_stall_succeed(
         procs.free_port(),
         targets=[],
         rule_files=[RULES],
-        scrape_configs=[rehearsal.scrape_config(stage["pod_monitor"], targets)],
+        scrape_configs=[c for m in stage["monitors"] for c in scrape_configs(m, targets)],
     )
     t0 = time.monotonic()
     try:
@@ -279,18 +286,31 @@ def test_train_scrape_resume_stall_succeed(
         assert resumed == saved, "a step was skipped or repeated across the restart"
         wait_for(lambda: (get("rljob", name, ns) or {}).get("status", {}).get("restarts") == 1, timeout=60)
 
-        # The stall: the trainer's training loop (its main thread) stopped, then continued.
+        # The stall: the trainer process frozen whole (SIGSTOP: its /metrics thread too, so the scrape
+        # times out and its series go stale), then continued. The alert reads the last-step timestamp it
+        # served last and the operator's phase (Running), which Prometheus scrapes from the operator pod.
         cid = new["status"]["containerStatuses"][0]["containerID"]
         pid = rehearsal.trainer_pid(cid)
         stepped = f'rljob_trainer_steps_total{{namespace="{ns}",rljob="{name}",restart_attempt="1"}} > 0'
         prom.wait_for(lambda: prom.query(stepped), 300, "a step of the restarted trainer")
-        with rehearsal.main_thread_stopped(pid):
-            say(f"trainer pid {pid}: main thread stopped")
+        running = (
+            f'rljob_operator_rljob_status_phase_timestamp_seconds{{rljob_namespace="{ns}",rljob="{name}",'
+            'phase="Running"}'
+        )
+        say("operator scraped:", prom.wait_for(lambda: prom.query(running), 60, "the operator's phase"))
+        target_down = f'up{{pod="{new["metadata"]["name"]}"}} == 0'
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            say(f"trainer pid {pid}: SIGSTOP")
+            say("target down:", prom.wait_for(lambda: prom.query(target_down), 30, "the trainer target down"))
             alert = prom.wait_for(
                 lambda: prom.firing("RLJobTrainingStalled"), 120, "RLJobTrainingStalled firing"
             )
             say("firing:", alert)
-        say(f"trainer pid {pid}: main thread continued")
+            assert not prom.query(sel), "the stopped trainer's series should be stale"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        say(f"trainer pid {pid}: SIGCONT")
         prom.wait_for(lambda: not prom.alerts("RLJobTrainingStalled"), 120, "RLJobTrainingStalled resolved")
         say("RLJobTrainingStalled resolved")
 
