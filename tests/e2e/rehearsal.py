@@ -1,6 +1,6 @@
 """Helpers of the rehearsal (tests/e2e/test_rehearsal.py): the locally built images on the real node, the
-chart's operator ServiceMonitor as a PodMonitor (tests/e2e/podmonitor_scrape.py turns PodMonitors into
-scrape configs), the trainer's process on the node, `kubectl get rlj`.
+trainer's process on the node, `kubectl get rlj`. The scrape configs come from
+tests/e2e/podmonitor_scrape.py.
 
 The real node is hack/cluster/node.sh's: a kubelet with its own containerd, labelled as one host of a
 single-host v6e 2x2 Spot pool, which no kwok pool and no other test asks for.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from tests.e2e.kube import kubectl
 
@@ -40,24 +39,6 @@ def import_images(*images: str) -> dict[str, str]:
     if proc.returncode != 0:
         raise AssertionError(f"node.sh import failed (build the images with hack/image.sh):\n{proc.stderr}")
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
-
-
-def operator_pod_monitor(service_monitor: dict[str, Any]) -> dict[str, Any]:
-    """The chart's operator ServiceMonitor as the PodMonitor that scrapes the same pods, for
-    tests/e2e/podmonitor_scrape.py (which translates PodMonitors only). Same selector (the Service selects
-    the pods by the labels it carries), namespaces, port name (the Service's and the container's are both
-    ``metrics``), path and interval; the ServiceMonitor's extra target labels (``service``...) are left out:
-    the rules read only the operator's own labels (``rljob_namespace``, ``rljob``, ``phase``)."""
-    spec = service_monitor["spec"]
-    endpoint = spec["endpoints"][0]
-    return {
-        "metadata": service_monitor["metadata"],
-        "spec": {
-            "selector": spec["selector"],
-            "namespaceSelector": spec["namespaceSelector"],
-            "podMetricsEndpoints": [{k: endpoint[k] for k in ("port", "path", "interval") if k in endpoint}],
-        },
-    }
 
 
 def container_pids(container_id: str) -> list[int]:

@@ -4,13 +4,12 @@
 node (hack/cluster/node.sh: kubelet + containerd); `kubectl apply` the tiny example as an RLJob with the
 local trainer image, JAX on CPU through spec.env and checkpoints to gs:// on fake-gcs-server; the operator
 renders the JobSet, the trainer pod trains in its container on the real node, a real Prometheus scrapes it
-through the chart's PodMonitor relabelling, and the operator through its ServiceMonitor
-(tests/e2e/podmonitor_scrape.py: the pods' discovery labels written to a file_sd file, as Debian's
-Prometheus has no kubernetes_sd_configs), `kubectl get rlj` shows STEP, REWARD
+through the chart's PodMonitor relabelling (tests/e2e/podmonitor_scrape.py: the pods' discovery labels
+written to a file_sd file, as Debian's Prometheus has no kubernetes_sd_configs), `kubectl get rlj` shows STEP, REWARD
 and ETA moving, and the RLJob ends Succeeded. The failure half: the pod deleted mid-run resumes from its
 SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), the trainer process
 frozen whole with SIGSTOP (its /metrics stops answering, the target goes down; the stall alert fires on
-its last-step timestamp and the operator's Running phase, and resolves after SIGCONT),
+the last-step timestamp it served last, and resolves after SIGCONT),
 an image the node does not have (ContainersWaiting with the kubelet's reason), a config the trainer
 refuses (exit 2: Failed, no restart).
 
@@ -55,8 +54,7 @@ def say(*parts: Any) -> None:
 @pytest.fixture(scope="module")
 def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The images on the node, a namespace, and the chart installed there with the local operator image,
-    its pod on the real node. Yields namespace, release and the monitors to scrape: the rendered trainer
-    PodMonitor and the operator's ServiceMonitor (as a PodMonitor)."""
+    its pod on the real node. Yields namespace, release and the rendered PodMonitor."""
     ids = rehearsal.import_images(rehearsal.OPERATOR_IMAGE, rehearsal.TRAINER_IMAGE)
     for image, image_id in ids.items():
         say("image on the node:", image, image_id)
@@ -68,12 +66,12 @@ def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             "operator": {"watchNamespaces": [ns], "progressIntervalSeconds": 2},
             "nodeSelector": {"kubernetes.io/hostname": rehearsal.NODE_NAME},
             "tolerations": rehearsal.NODE_TOLERATIONS,
-            "metrics": {"podMonitor": {"interval": "1s"}, "serviceMonitor": {"interval": "1s"}},
+            "metrics": {"podMonitor": {"interval": "1s"}},
         }
         (work / "values.yaml").write_text(yaml.safe_dump(values))
         args = [str(CHART), "--namespace", ns, "-f", str(work / "values.yaml")]
-        rendered = {
-            d["kind"]: d
+        pod_monitor = next(
+            d
             for d in yaml.safe_load_all(
                 helm(
                     "template",
@@ -85,9 +83,8 @@ def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
                     "1.36.3",
                 )
             )
-            if d and d["kind"] in ("PodMonitor", "ServiceMonitor")
-        }
-        monitors = [rendered["PodMonitor"], rehearsal.operator_pod_monitor(rendered["ServiceMonitor"])]
+            if d and d["kind"] == "PodMonitor"
+        )
         try:
             t0 = time.monotonic()
             helm("install", release, *args, "--wait", "--timeout", "240s")
@@ -97,7 +94,7 @@ def stage(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             say("operator container", cs["containerID"], "image", cs["image"], "imageID", cs["imageID"])
             assert pod["spec"]["nodeName"] == rehearsal.NODE_NAME, pod["spec"].get("nodeName")
             assert cs["imageID"].endswith(ids[rehearsal.OPERATOR_IMAGE].split(":")[-1]), (cs, ids)
-            yield {"ns": ns, "release": release, "monitors": monitors, "work": work, "ids": ids}
+            yield {"ns": ns, "release": release, "pod_monitor": pod_monitor, "work": work, "ids": ids}
         finally:
             if pod := next(iter(list_items("pods", ns, f"app.kubernetes.io/instance={release}")), None):
                 log = kubectl("logs", "-n", ns, pod["metadata"]["name"], "--tail=40", check=False)
@@ -232,7 +229,7 @@ def test_train_scrape_resume_stall_succeed(
         procs.free_port(),
         targets=[],
         rule_files=[RULES],
-        scrape_configs=[c for m in stage["monitors"] for c in scrape_configs(m, targets)],
+        scrape_configs=scrape_configs(stage["pod_monitor"], targets),
     )
     t0 = time.monotonic()
     try:
@@ -287,17 +284,12 @@ def test_train_scrape_resume_stall_succeed(
         wait_for(lambda: (get("rljob", name, ns) or {}).get("status", {}).get("restarts") == 1, timeout=60)
 
         # The stall: the trainer process frozen whole (SIGSTOP: its /metrics thread too, so the scrape
-        # times out and its series go stale), then continued. The alert reads the last-step timestamp it
-        # served last and the operator's phase (Running), which Prometheus scrapes from the operator pod.
+        # times out, `up` is 0 and its series go stale), then continued. While its pod's target is down,
+        # the stall rule reads the last-step timestamp the trainer served last.
         cid = new["status"]["containerStatuses"][0]["containerID"]
         pid = rehearsal.trainer_pid(cid)
         stepped = f'rljob_trainer_steps_total{{namespace="{ns}",rljob="{name}",restart_attempt="1"}} > 0'
         prom.wait_for(lambda: prom.query(stepped), 300, "a step of the restarted trainer")
-        running = (
-            f'rljob_operator_rljob_status_phase_timestamp_seconds{{rljob_namespace="{ns}",rljob="{name}",'
-            'phase="Running"}'
-        )
-        say("operator scraped:", prom.wait_for(lambda: prom.query(running), 60, "the operator's phase"))
         target_down = f'up{{pod="{new["metadata"]["name"]}"}} == 0'
         os.kill(pid, signal.SIGSTOP)
         try:
