@@ -5,8 +5,8 @@ node (hack/cluster/node.sh: kubelet + containerd); `kubectl apply` the tiny exam
 local trainer image, JAX on CPU through spec.env and checkpoints to gs:// on fake-gcs-server; the operator
 renders the JobSet, the trainer pod trains in its container on the real node, a real Prometheus scrapes it
 through the chart's PodMonitor relabelling (tests/e2e/podmonitor_scrape.py: the pods' discovery labels
-written to a file_sd file, as Debian's Prometheus has no kubernetes_sd_configs), `kubectl get rlj` shows STEP, REWARD
-and ETA moving, and the RLJob ends Succeeded. The failure half: the pod deleted mid-run resumes from its
+written to a file_sd file, as Debian's Prometheus has no kubernetes_sd_configs), `kubectl get rlj` shows
+STEP, REWARD and ETA moving, and the RLJob ends Succeeded. The failure half: the pod deleted mid-run resumes from its
 SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), the trainer process
 frozen whole with SIGSTOP (its /metrics stops answering, the target goes down; the stall alert fires on
 the last-step timestamp it served last, and resolves after SIGCONT),
