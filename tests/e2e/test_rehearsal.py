@@ -4,11 +4,12 @@
 node (hack/cluster/node.sh: kubelet + containerd); `kubectl apply` the tiny example as an RLJob with the
 local trainer image, JAX on CPU through spec.env and checkpoints to gs:// on fake-gcs-server; the operator
 renders the JobSet, the trainer pod trains in its container on the real node, a real Prometheus scrapes it
-through the chart's PodMonitor relabelling (the pods' discovery labels written to a file_sd file: Debian's
-Prometheus has no kubernetes_sd_configs), `kubectl get rlj` shows STEP, REWARD
-and ETA moving, and the RLJob ends Succeeded. The failure half: the pod deleted mid-run resumes from its
-SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), a stopped training loop
-(the stall alert fires and resolves; why not SIGSTOP: rehearsal.main_thread_stopped),
+through the chart's PodMonitor relabelling (tests/e2e/podmonitor_scrape.py: the pods' discovery labels
+written to a file_sd file, as Debian's Prometheus has no kubernetes_sd_configs), `kubectl get rlj` shows
+STEP, REWARD and ETA moving, and the RLJob ends Succeeded. The failure half: the pod deleted mid-run resumes from its
+SIGTERM checkpoint in the JobSet's restarted pod (Restarts 1, no step skipped), the trainer process
+frozen whole with SIGSTOP (its /metrics stops answering, the target goes down; the stall alert fires on
+the last-step timestamp it served last, and resolves after SIGCONT),
 an image the node does not have (ContainersWaiting with the kubelet's reason), a config the trainer
 refuses (exit 2: Failed, no restart).
 
@@ -19,6 +20,8 @@ the progress columns, the scrape and the phases.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import uuid
@@ -32,6 +35,7 @@ import yaml
 from tests import procs
 from tests.e2e import rehearsal
 from tests.e2e.kube import condition, fresh_namespace, get, kubectl, list_items, wait_for
+from tests.e2e.podmonitor_scrape import discovered_targets, scrape_configs
 from tests.e2e.test_chart import CHART, helm, helm_cleanup
 from tests.observability.conftest import RULES, find_binary
 from tests.observability.prom import Prometheus
@@ -134,7 +138,7 @@ def running_trainer(name: str, ns: str, attempt: str) -> dict[str, Any] | None:
 
 class Discovery:
     """Pod discovery for the rehearsal's Prometheus: the namespace's pods, as Kubernetes discovery would
-    label them, written to a file_sd file every second (rehearsal.scrape_config says why)."""
+    label them, written to a file_sd file every second (tests/e2e/podmonitor_scrape.py says why)."""
 
     def __init__(self, ns: str, path: Path) -> None:
         self.ns, self.path = ns, path
@@ -145,7 +149,7 @@ class Discovery:
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rehearsal.pod_targets(list_items("pods", self.ns))))
+        tmp.write_text(json.dumps(discovered_targets(list_items("pods", self.ns))))
         tmp.rename(self.path)
 
     def _run(self) -> None:
@@ -225,7 +229,7 @@ def test_train_scrape_resume_stall_succeed(
         procs.free_port(),
         targets=[],
         rule_files=[RULES],
-        scrape_configs=[rehearsal.scrape_config(stage["pod_monitor"], targets)],
+        scrape_configs=scrape_configs(stage["pod_monitor"], targets),
     )
     t0 = time.monotonic()
     try:
@@ -279,18 +283,26 @@ def test_train_scrape_resume_stall_succeed(
         assert resumed == saved, "a step was skipped or repeated across the restart"
         wait_for(lambda: (get("rljob", name, ns) or {}).get("status", {}).get("restarts") == 1, timeout=60)
 
-        # The stall: the trainer's training loop (its main thread) stopped, then continued.
+        # The stall: the trainer process frozen whole (SIGSTOP: its /metrics thread too, so the scrape
+        # times out, `up` is 0 and its series go stale), then continued. While its pod's target is down,
+        # the stall rule reads the last-step timestamp the trainer served last.
         cid = new["status"]["containerStatuses"][0]["containerID"]
         pid = rehearsal.trainer_pid(cid)
         stepped = f'rljob_trainer_steps_total{{namespace="{ns}",rljob="{name}",restart_attempt="1"}} > 0'
         prom.wait_for(lambda: prom.query(stepped), 300, "a step of the restarted trainer")
-        with rehearsal.main_thread_stopped(pid):
-            say(f"trainer pid {pid}: main thread stopped")
+        target_down = f'up{{pod="{new["metadata"]["name"]}"}} == 0'
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            say(f"trainer pid {pid}: SIGSTOP")
+            say("target down:", prom.wait_for(lambda: prom.query(target_down), 30, "the trainer target down"))
             alert = prom.wait_for(
                 lambda: prom.firing("RLJobTrainingStalled"), 120, "RLJobTrainingStalled firing"
             )
             say("firing:", alert)
-        say(f"trainer pid {pid}: main thread continued")
+            assert not prom.query(sel), "the stopped trainer's series should be stale"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        say(f"trainer pid {pid}: SIGCONT")
         prom.wait_for(lambda: not prom.alerts("RLJobTrainingStalled"), 120, "RLJobTrainingStalled resolved")
         say("RLJobTrainingStalled resolved")
 

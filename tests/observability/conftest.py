@@ -24,7 +24,9 @@ DASHBOARD = ROOT / "charts" / "rljob" / "files" / "rljob-dashboard.json"
 ALERT_TESTS = Path(__file__).resolve().parent / "alerts_test.yaml"
 ALERT_RESTART_TESTS = Path(__file__).resolve().parent / "alerts_restart_test.yaml"
 """A restart, a rescheduled pod, duplicate scrapes and GKE Managed Prometheus (no staleness markers)."""
-ALERT_TEST_FILES = (ALERT_TESTS, ALERT_RESTART_TESTS)
+ALERT_DOWN_TESTS = Path(__file__).resolve().parent / "alerts_down_test.yaml"
+"""A trainer that stops answering scrapes (frozen whole, a hung host) while its RLJob is Running."""
+ALERT_TEST_FILES = (ALERT_TESTS, ALERT_RESTART_TESTS, ALERT_DOWN_TESTS)
 
 
 def _bin_cache() -> Path:

@@ -121,8 +121,8 @@ MUTATIONS = {
         "sum by (project_id, cluster, namespace, rljob, process, pod, kind) (\n                rate(rljob_trainer_time",
     ),
     "stall read per series": (
-        "          min by (project_id, cluster, namespace, rljob, process) (time() - rljob_trainer_last_step",
-        "          min without () (time() - rljob_trainer_last_step",
+        "          min by (project_id, cluster, namespace, rljob, process) (\n            (time() - rljob_trainer",
+        "          min without () (\n            (time() - rljob_trainer",
     ),
     "stall per series (any stale series counts)": (
         "            min by (project_id, cluster, namespace, rljob, process) (\n",
@@ -136,6 +136,17 @@ MUTATIONS = {
         '{project_id=%q,cluster=%q,namespace=%q,rljob=%q}" $labels.project_id $labels.cluster',
         '{namespace=%q,rljob=%q}"',
     ),
+    # a trainer that stops answering scrapes (alerts_down_test.yaml)
+    "silent trainers not read back": ("[8d]", "[5m]"),
+    "silent trainers read by series, not by their pod's target": (
+        "(up == 0)",
+        "(last_over_time(rljob_trainer_last_step_timestamp_seconds[8d]))",
+    ),
+    "a gone pod's finished steps count": (
+        "last_over_time(rljob_trainer_max_steps[8d])\n              and on (project_id, cluster, namespace, pod) (up == 0)",
+        "last_over_time(rljob_trainer_max_steps[8d])",
+    ),
+    "silent finished process counts": (">= last_over_time(rljob_trainer_max_steps[8d])", "> 1e12"),
     "phase read by which series exist": (
         "== on (project_id, cluster, rljob_namespace, rljob) group_left ()",
         ">= 0 or on (project_id, cluster, rljob_namespace, rljob)",
