@@ -26,21 +26,26 @@ final norm (``packed_hidden``; the head is applied whole by ``packed_logits`` or
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from rljob_trainer.packing.attention import blocked_attention, dense_attention, segment_causal_mask
 from rljob_trainer.packing.head import tied_head
+from rljob_trainer.packing.remat import checkpoint_layer, embedding_lookup
 
 Attention = Literal["auto", "splash", "blocked", "dense", "segments"]
 BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
 DENSE_FAMILIES = ("qwen3", "qwen2", "llama3", "gemma3")
 SPLASH_FAMILIES = ("qwen3", "qwen2")
 SEGMENT_FAMILIES = ("maxtext",)
+import os
+REMAT_LAYERS = bool(int(os.environ.get("REMAT", "1")))
 SPLASH_BLOCKS = (1024, 512, 256, 128)  # Tunix's default first; splash needs multiples of 128
 
 
@@ -182,9 +187,29 @@ Attend = Callable[[jax.Array, jax.Array, jax.Array, float], jax.Array]
 def _decoder(model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array]) -> jax.Array:
     """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3."""
     for layer in model.layers:
-        h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
-        x = h + layer.mlp(layer.post_attention_layernorm(h))
+        graph, state = nnx.split(layer)
+
+        def one(state: Any, x: jax.Array, graph: Any = graph) -> jax.Array:
+            layer = nnx.merge(graph, state)
+            h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
+            return h + layer.mlp(layer.post_attention_layernorm(h))
+
+        x = checkpoint_layer(one, state, x) if REMAT_LAYERS else one(state, x)
     return model.final_norm(x)
+
+
+def _embed(model: Any, tokens: jax.Array) -> jax.Array:
+    """The model's ``embedder.encode(tokens)`` (qwen3/qwen2: lookup, cast, shard; llama3: lookup, shard),
+    with ``remat.embedding_lookup``'s gradient when ``REMAT_LAYERS`` is on."""
+    e = model.embedder
+    if not REMAT_LAYERS:
+        return e.encode(tokens)
+    family = family_of(model)
+    module = importlib.import_module(f"tunix.models.{family}.model")
+    x = embedding_lookup(e.input_embedding.value, tokens)
+    if family != "llama3":
+        x = jnp.astype(x, e.dtype)
+    return module.shard(x, e.shd_config.act_btd)
 
 
 def _qwen3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
@@ -195,14 +220,14 @@ def _qwen3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) 
         k = q3.apply_rope(a.k_norm(a.k_proj(x)), positions, head_dim=a.head_dim)
         return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
 
-    return _decoder(model, model.embedder.encode(tokens), attn_fn)
+    return _decoder(model, _embed(model, tokens), attn_fn)
 
 
 def _qwen2(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
     from tunix.models.qwen2 import model as q2
 
     cfg = model.config
-    x = model.embedder.encode(tokens)
+    x = _embed(model, tokens)
     sin, cos = q2._generate_pos_embeddings(positions, cfg.head_dim, cfg.rope_theta)
     sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
 
@@ -227,7 +252,7 @@ def _llama3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend)
         k = l3.apply_rope(a.k_proj(x), positions, head_dim=a.head_dim)
         return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
 
-    return _decoder(model, model.embedder.encode(tokens), attn_fn)
+    return _decoder(model, _embed(model, tokens), attn_fn)
 
 
 _BLOCKED: dict[str, Callable[[Any, jax.Array, jax.Array, Attend], jax.Array]] = {
