@@ -25,7 +25,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def checkpoint_layer(fn: Callable[..., jax.Array], *args: Any) -> jax.Array:
@@ -65,29 +64,3 @@ def _bwd(fn: Callable[..., jax.Array], res: Any, g: jax.Array) -> tuple[Any, ...
 
 
 _remat.defvjp(_fwd, _bwd)
-
-
-@jax.custom_vjp
-def embedding_lookup(table: jax.Array, ids: jax.Array) -> jax.Array:
-    """``table[ids]`` whose gradient's ``[V, D]`` zeros are made only when the backward pass needs them.
-
-    Why: autodiff scatters the lookup's gradient into a zero table that depends on nothing, so XLA's CPU
-    scheduler builds it at the start of the step and shares it with the vocabulary head's gradient
-    accumulator: one more float32 ``[V, D]`` (0.58 GiB for Qwen3-0.6B) alive for the whole step. Same
-    scatter-add as autodiff's, in the table's dtype.
-    """
-    return table[ids]
-
-
-def _lookup_fwd(table: jax.Array, ids: jax.Array) -> tuple[jax.Array, Any]:
-    return table[ids], (jax.ShapeDtypeStruct(table.shape, table.dtype), ids)
-
-
-def _lookup_bwd(res: Any, g: jax.Array) -> tuple[jax.Array, Any]:
-    spec, ids = res
-    zeros = _after(jnp.zeros(spec.shape, spec.dtype), g)
-    grad = zeros.at[ids].add(g.astype(spec.dtype))
-    return grad, np.zeros(ids.shape, dtype=jax.dtypes.float0)
-
-
-embedding_lookup.defvjp(_lookup_fwd, _lookup_bwd)
