@@ -3,7 +3,9 @@
 Same math: the packed GRPO loss and every gradient equal those without remat up to float rounding (float32
 and bf16 parameters, every blocked family, whole and chunked head). Not bit for bit: XLA fuses the
 recomputed attention differently from the forward's, so attention gradients differ by ~1e-7 of their
-largest value in float32 (test: 1e-5; 1 ulp of a few bf16 elements); llama3 and every MLP gradient come out equal. Memory: XLA's own buffer assignment of the
+largest value in float32 (test: 1e-5), and with bf16 parameters a few elements per leaf (<= 1%) round to the
+neighbouring bf16 value. Models that compute in bf16 (llama3 with bf16 parameters) are not
+recomputed: their gradients stay bit for bit. Memory: XLA's own buffer assignment of the
 packed train step at Qwen3-0.6B width (vocabulary cut to 4,096 so it compiles in seconds) grows by less
 than a quarter per layer of what it grows without remat (measured ~17 vs ~248 MiB per layer). Plain
 ``jax.checkpoint``/``nnx.remat`` fails the memory test on CPU (see ``remat``'s docstring).
@@ -54,11 +56,15 @@ def test_remat_changes_no_number(monkeypatch, family, dtype, vocab_chunk):
     )
     assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
     assert len(grads) == len(want_grads)
-    tol = 1e-5 if dtype == jnp.float32 else 1e-3  # float32 rounding; ~1 bf16 ulp of the leaf max
     nonzero = 0
     for got, want in zip(grads, want_grads, strict=True):
         got, want = got.astype(np.float32), want.astype(np.float32)
-        assert np.abs(got - want).max() <= tol * np.abs(want).max()
+        if dtype == jnp.float32:  # float32 rounding, relative to the leaf's largest gradient
+            assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+        else:  # bf16: a float32 rounding difference flips the rounding of a few elements by one ulp
+            diff = np.abs(got - want)
+            assert (diff <= 2.0**-7 * np.maximum(np.abs(got), np.abs(want)) + 1e-4 * np.abs(want).max()).all()
+            assert (diff > 0).sum() <= max(2, diff.size // 100)  # measured: 0-9 of 2-8 thousand, 0-2 of 64
         nonzero += bool(np.abs(want).max() > 0)
     assert nonzero == len(grads)
 

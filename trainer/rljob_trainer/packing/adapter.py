@@ -45,7 +45,8 @@ SPLASH_FAMILIES = ("qwen3", "qwen2")
 SEGMENT_FAMILIES = ("maxtext",)
 # Recompute each decoder layer in the backward pass (``remat.checkpoint_layer``): same math (float
 # rounding may differ), cuts the packed train step's activations and float32 weight copies from ~248 to
-# ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens). A switch for tests and the bench.
+# ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens). Only for float32 activations (see _decoder).
+# A switch for tests and the bench.
 REMAT_LAYERS = True
 SPLASH_BLOCKS = (1024, 512, 256, 128)  # Tunix's default first; splash needs multiples of 128
 
@@ -195,7 +196,10 @@ def _decoder(model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.A
             h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
             return h + layer.mlp(layer.post_attention_layernorm(h))
 
-        x = checkpoint_layer(one, state, x) if REMAT_LAYERS else one(state, x)
+        # float32 activations only: with bf16 ones XLA's fusions round the recomputed forward differently
+        # (llama3 at bf16 parameters computes in bf16), so gradients would move by bf16 steps.
+        remat = REMAT_LAYERS and x.dtype == jnp.float32
+        x = checkpoint_layer(one, state, x) if remat else one(state, x)
     return model.final_norm(x)
 
 
