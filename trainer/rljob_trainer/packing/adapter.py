@@ -18,7 +18,8 @@ packed row handed to ``model(...)`` attends across sequences. The adapter picks,
   model's own call with ``segment_ids``; the adapter hands them to MaxText as ``decoder_segment_ids``
   and MaxText's attention masks by segment and causality itself (``dot_product`` on CPU, splash on TPU).
 
-The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache; per-layer remat of our own, ``remat``) up to the
+The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache; our own per-layer
+remat, ``remat.checkpoint_layer``) up to the
 final norm (``packed_hidden``; the head is applied whole by ``packed_logits`` or in token chunks by
 ``head.chunked_token_logps``); the tests compare them against Tunix's own unpacked forward to 1e-5.
 """
