@@ -302,16 +302,18 @@ def transient_shapes(a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def xla_train_step(a: argparse.Namespace, layers: int) -> dict[str, float]:
+def xla_train_step(a: argparse.Namespace, layers: int, remat: bool = True) -> dict[str, float]:
     """XLA's buffer assignment of the packed train step (value and grad of the GRPO loss) at the job's
     shapes: one micro-batch of ``batch x generations`` sequences (prompt + completion of the maximal
     lengths) in rows of ``row``, bf16 parameters as the trainer loads them, compiled only (no memory
     used). ``temp`` is what the step holds beyond its inputs and outputs: activations kept for the
-    backward pass, the head chunk's logits, attention blocks; ``output`` holds the gradients."""
+    backward pass, the head chunk's logits, attention blocks; ``output`` holds the gradients.
+    ``remat``: the trainer's per-layer recomputation (``adapter.REMAT_LAYERS``) on or off."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
     from rljob_trainer import models
+    from rljob_trainer.packing import adapter
     from rljob_trainer.packing.adapter import resolve_attention
     from rljob_trainer.packing.example import pack_train_example
     from rljob_trainer.packing.learner import pick_attention_block
@@ -335,13 +337,24 @@ def xla_train_step(a: argparse.Namespace, layers: int) -> dict[str, float]:
     packed, _ = pack_train_example(ex, a.row, pad_id=PAD_ID, attention_block=block)
     fn = make_packed_grpo_loss_fn(attention=resolve_attention(model, "auto"), block=block, vocab_chunk=256)
     step = jax.jit(jax.value_and_grad(lambda st: fn(nnx.merge(graphdef, st), packed, grpo_config())[0]))
-    m = step.lower(state).compile().memory_analysis()
+    adapter.REMAT_LAYERS, saved = remat, adapter.REMAT_LAYERS
+    try:
+        m = step.lower(state).compile().memory_analysis()
+    finally:
+        adapter.REMAT_LAYERS = saved
     return {
         "layers": layers,
+        "remat": remat,
         "temp_gib": round(m.temp_size_in_bytes / GIB, 3),
         "arguments_gib": round(m.argument_size_in_bytes / GIB, 3),
         "output_gib": round(m.output_size_in_bytes / GIB, 3),
     }
+
+
+def xla_analysis(a: argparse.Namespace) -> list[dict[str, float]]:
+    """The compiled packed train step with per-layer remat at ``--xla-layers``, without at the other list."""
+    on = [xla_train_step(a, int(n)) for n in a.xla_layers.split(",") if n]
+    return on + [xla_train_step(a, int(n), remat=False) for n in a.xla_layers_no_remat.split(",") if n]
 
 
 def main() -> None:
@@ -360,6 +373,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=str(Path.home() / ".cache/rljob/memory-bench"))
     ap.add_argument("--out", default=str(ROOT / "bench/results/memory.json"))
     ap.add_argument("--xla-layers", default="0,2,28", help="layer counts of the compiled-step analysis")
+    ap.add_argument("--xla-layers-no-remat", default="2,8", help="the same without per-layer remat")
     ap.add_argument(
         "--xla-only", action="store_true", help="only the compiled-step analysis (JSON on stdout)"
     )
@@ -371,7 +385,7 @@ def main() -> None:
         child(a)
         return
     if a.xla_only:
-        print(json.dumps([xla_train_step(a, int(n)) for n in a.xla_layers.split(",")]))
+        print(json.dumps(xla_analysis(a)))
         return
 
     import jax
@@ -428,7 +442,7 @@ def main() -> None:
         )
         if raw["rc"] not in (0, -9):
             print(raw["log_tail"], file=sys.stderr)
-    doc["xla_train_step"] = [xla_train_step(a, int(n)) for n in a.xla_layers.split(",")]
+    doc["xla_train_step"] = xla_analysis(a)
     doc["load_after"] = load()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")

@@ -18,7 +18,8 @@ packed row handed to ``model(...)`` attends across sequences. The adapter picks,
   model's own call with ``segment_ids``; the adapter hands them to MaxText as ``decoder_segment_ids``
   and MaxText's attention masks by segment and causality itself (``dot_product`` on CPU, splash on TPU).
 
-The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache, no remat) up to the
+The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache; our own per-layer
+remat, ``remat.checkpoint_layer``) up to the
 final norm (``packed_hidden``; the head is applied whole by ``packed_logits`` or in token chunks by
 ``head.chunked_token_logps``); the tests compare them against Tunix's own unpacked forward to 1e-5.
 """
@@ -32,15 +33,22 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from rljob_trainer.packing.attention import blocked_attention, dense_attention, segment_causal_mask
 from rljob_trainer.packing.head import tied_head
+from rljob_trainer.packing.remat import checkpoint_layer
 
 Attention = Literal["auto", "splash", "blocked", "dense", "segments"]
 BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
 DENSE_FAMILIES = ("qwen3", "qwen2", "llama3", "gemma3")
 SPLASH_FAMILIES = ("qwen3", "qwen2")
 SEGMENT_FAMILIES = ("maxtext",)
+# Recompute each decoder layer in the backward pass (``remat.checkpoint_layer``): same math (float
+# rounding may differ), cuts the packed train step's activations and float32 weight copies from ~248 to
+# ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens). Only for float32 activations (see _decoder).
+# A switch for tests and the bench.
+REMAT_LAYERS = True
 SPLASH_BLOCKS = (1024, 512, 256, 128)  # Tunix's default first; splash needs multiples of 128
 
 
@@ -182,8 +190,17 @@ Attend = Callable[[jax.Array, jax.Array, jax.Array, float], jax.Array]
 def _decoder(model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array]) -> jax.Array:
     """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3."""
     for layer in model.layers:
-        h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
-        x = h + layer.mlp(layer.post_attention_layernorm(h))
+        graph, state = nnx.split(layer)
+
+        def one(state: Any, x: jax.Array, graph: Any = graph) -> jax.Array:
+            layer = nnx.merge(graph, state)
+            h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
+            return h + layer.mlp(layer.post_attention_layernorm(h))
+
+        # float32 activations only: with bf16 ones XLA's fusions round the recomputed forward differently
+        # (llama3 at bf16 parameters computes in bf16), so gradients would move by bf16 steps.
+        remat = REMAT_LAYERS and x.dtype == jnp.float32
+        x = checkpoint_layer(one, state, x) if remat else one(state, x)
     return model.final_norm(x)
 
 
