@@ -84,6 +84,30 @@ def test_chunked_head_skips_chunks_past_the_count():
     assert not np.asarray(got[12:]).any() and not np.asarray(ent[12:]).any()  # chunks 3-4 skipped
 
 
+def test_counted_head_gradients_equal_autodiff():
+    """``head_loop``'s hand-written backward (log-prob and entropy terms, temperature) == autodiff of the
+    ``lax.map`` head, on the rows below ``count``; rows past it get no gradient."""
+    rng = np.random.default_rng(1)
+    hidden = jnp.asarray(rng.normal(size=(20, 8)), jnp.float32)
+    weight = jnp.asarray(rng.normal(size=(50, 8)), jnp.float32)
+    targets = jnp.asarray(rng.integers(0, 50, 20))
+    a, b = (jnp.asarray(rng.normal(size=20), jnp.float32) for _ in range(2))
+
+    def objective(count):
+        def f(x, w):
+            logp, ent = chunked_token_logps(
+                x, targets, w, temperature=0.7, chunk=4, entropy=True, count=count
+            )
+            return jnp.sum(a[:12] * logp[:12] + b[:12] * ent[:12])
+
+        return jax.grad(f, argnums=(0, 1))(hidden, weight)
+
+    (gx, gw), (wx, ww) = objective(jnp.int32(9)), objective(None)
+    assert np.abs(np.asarray(gx[:12] - wx[:12])).max() < 1e-5
+    assert np.abs(np.asarray(gw - ww)).max() < 1e-5 and np.abs(np.asarray(ww)).max() > 1e-3
+    assert not np.asarray(gx[12:]).any()
+
+
 @pytest.mark.parametrize(("family", "attention", "overrides"), CASES)
 def test_head_at_completions_equals_whole_rows(family, attention, overrides):
     """Packed rows: reference/old log-probs, loss and gradients, whole head and chunked (37 tokens)."""

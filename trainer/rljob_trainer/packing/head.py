@@ -13,7 +13,7 @@ the old-policy pass use log-probs of completion tokens only, yet a row's prompt 
 1,024 in the v5e example) and its padding would go through the head and its backward too. The final
 hidden states are gathered at the columns that predict completion tokens (one before each token),
 packed to the front of a ``[K, D]`` block, and only those reach the head; chunks past the real count
-are skipped at run time (``lax.cond``), so the head's cost follows the real completion tokens.
+are skipped at run time (``head_loop``), so the head's cost follows the real completion tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from rljob_trainer.packing.head_loop import counted_token_logps
 
 # The trainer's automatic choice (``auto_vocab_chunk``): chunk the head when the vocabulary is large
 # enough for ``[tokens, V]`` logits to dominate the step's memory. 256 tokens of Qwen3-0.6B's 151,936
@@ -101,16 +103,10 @@ def chunked_token_logps(
         ent = lse - jnp.sum(jax.nn.softmax(logits, axis=-1) * logits, axis=-1)
         return logp, ent
 
-    @jax.checkpoint
-    def one(args: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        xc, tc, start = args
-        if count is None:
-            return compute(xc, tc)
-        zeros = jnp.zeros(tc.shape, jnp.float32)
-        return jax.lax.cond(start < count, compute, lambda *_: (zeros, zeros), xc, tc)
-
-    starts = jnp.arange(x.shape[0], dtype=jnp.int32) * chunk
-    logp, ent = jax.lax.map(one, (x, t, starts))
+    if count is not None:  # head_loop: skips chunks past count without a second [V, D] buffer
+        logp, ent = counted_token_logps(x, w, t, jnp.asarray(count, jnp.int32), temperature, entropy, dtype)
+    else:
+        logp, ent = jax.lax.map(jax.checkpoint(lambda args: compute(*args)), (x, t))
     logp = logp.reshape(-1)[:n].reshape(shape)
     return logp, (ent.reshape(-1)[:n].reshape(shape) if entropy else None)
 
