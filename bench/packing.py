@@ -9,12 +9,17 @@ Reports in one run (JSON in ``--out``, default ``bench/results/packing.json``):
    packed vs what Tunix gives unpacked;
 3. the same two on a model with Qwen3-0.6B's widths and ``--wide-layers`` layers, with a chunked
    vocabulary head (``--vocab-chunk`` tokens at a time) in every arm;
+   ``real``: Qwen3-0.6B's real shape (``--real-layers`` 28 layers, all widths, vocabulary 151,936 tied,
+   random weights) on prompt/completion lengths drawn like the v5e example's (``workload_gsm8k``);
+   every model also runs ``packed-headc`` and ``tunix-headc`` (the head at completion columns only);
 4. rows used vs rows computed; 5. data-parallel shard imbalance with and without balancing;
 6. host seconds per step (planning, index building, transfers) as % of the packed actor side.
 
-Arms are in ``bench/packing_arms.py``; each runs in its own process (peak RSS per arm).
+Arms are in ``bench/packing_arms.py``; each runs in its own process (peak RSS per arm). A run merges
+its models into ``--out`` (other models' figures stay, each with its own date/load/command in ``runs``).
 
     JAX_PLATFORMS=cpu .venv/bin/python bench/packing.py
+    JAX_PLATFORMS=cpu flock /tmp/rljob-heavy.lock .venv/bin/python bench/packing.py --models real
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "trainer"), str(ROOT), str(ROOT / "bench")]
 
-ARMS = ("tunix", "unpacked-blocked", "packed")
+ARMS = ("tunix", "unpacked-blocked", "packed", "packed-headc", "tunix-headc")
 
 
 def machine() -> dict:
@@ -69,8 +74,11 @@ def shard_balance(a: argparse.Namespace, widths: tuple[int, ...] = (4, 8)) -> di
 
 
 def figures(res: dict, kind: str) -> dict:
-    t, ub, pk = (res[f"{kind}/{arm}"] for arm in ARMS)
+    t, ub, pk, pkh, th = (res[f"{kind}/{arm}"] for arm in ARMS)
     limit = pk["padded_tokens"] / pk["real_tokens"]
+    # What the head no longer computes: Tunix's head sees every padded column, the packed-headc head
+    # the completion tokens only.
+    head_share = 1 - (pk["real_tokens"] - pk["prompt_tokens"]) / pk["padded_tokens"]
     # Packing alone: against the faster unpacked train step (block-sparse should be, but on the wide
     # model its gathers can cost more than the padding blocks it skips); both are reported.
     alone = min(ub["train_s"], t["train_s"]) / pk["train_s"]
@@ -83,6 +91,15 @@ def figures(res: dict, kind: str) -> dict:
         "actor_side_speedup": actor,
         "actor_side_pct_of_limit": 100 * actor / limit,
         "kernel_speedup_unpacked": t["train_s"] / ub["train_s"],
+        "actor_side_speedup_packed_headc": t["actor_s"] / pkh["actor_s"],
+        "actor_side_packed_headc_over_limit": t["actor_s"] / pkh["actor_s"] / limit,
+        "head_at_completions_speedup_packed": pk["actor_s"] / pkh["actor_s"],
+        "head_at_completions_speedup_tunix": t["actor_s"] / th["actor_s"],
+        "head_at_completions_speedup_packed_train": pk["train_s"] / pkh["train_s"],
+        "prompt_share_of_real_tokens": pk["prompt_tokens"] / pk["real_tokens"],
+        "columns_off_the_head_vs_tunix": head_share,
+        "peak_rss_mib": {arm: res[f"{kind}/{arm}"]["peak_rss_mib"] for arm in ARMS},
+        "peak_packed_headc_over_tunix": pkh["peak_rss_mib"] / t["peak_rss_mib"],
         "rows_used_utilization": pk["real_tokens"] / (pk["rows_used"] * pk["row"]),
         "rows_computed_utilization": pk["real_tokens"] / (pk["rows"] * pk["row"]),
         "rows_used_per_step": pk["rows_used"] / pk["steps"],
@@ -100,6 +117,11 @@ def main() -> None:
     ap.add_argument("--wide-batch", type=int, default=8)
     ap.add_argument("--wide-steps", type=int, default=1)
     ap.add_argument("--wide-layers", type=int, default=2)
+    ap.add_argument("--real-row", type=int, default=1024, help="real shape: row (v5e: 1,024)")
+    ap.add_argument("--real-batch", type=int, default=8)
+    ap.add_argument("--real-steps", type=int, default=1)
+    ap.add_argument("--real-layers", type=int, default=28)
+    ap.add_argument("--arms", default=",".join(ARMS), help="arms to run (figures need all five)")
     ap.add_argument("--vocab-chunk", type=int, default=256, help="tokens per chunk of the wide head")
     ap.add_argument("--block", type=int, default=128, help="block-sparse attention block")
     ap.add_argument("--seed", type=int, default=0)
@@ -112,29 +134,42 @@ def main() -> None:
 
         kind, arm = a.arm.split("/")
         r = run_arm(arm, kind, a)
-        r["row"] = a.wide_row if kind == "wide" else a.row
+        r["row"] = {"tiny": a.row, "wide": a.wide_row, "real": a.real_row}[kind]
         print(json.dumps(r))
         return
 
     import jax
 
     started = time.time()
-    doc = {
+    kinds = a.models.split(",")
+    old = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
+    run = {
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["JAX_PLATFORMS=cpu", Path(sys.executable).name, *sys.argv]),
         "machine": machine(),
         "load_before": load(),
         "jax": jax.__version__,
         "args": {k: v for k, v in vars(a).items() if k != "arm"},
+    }
+    doc = {
+        **old,
+        **({} if {"tiny", "wide"} - set(kinds) else run),
         "shapes": {
+            **old.get("shapes", {}),
             "tiny": "qwen3 2 layers, dim 64, MLP 128, 4 q / 2 kv heads x 16, vocab 256, fp32",
             "wide": f"qwen3 {a.wide_layers} layers, dim 1024, MLP 3072, 16 q / 8 kv heads x 128, "
             f"vocab 151936 (tied), fp32; head in chunks of {a.vocab_chunk} tokens",
+            "real": f"qwen3 {a.real_layers} layers, Qwen3-0.6B widths (dim 1024, MLP 3072, 16 q / 8 kv "
+            f"heads x 128, vocab 151936 tied), random weights, fp32; row {a.real_row}, {a.real_batch} "
+            f"sequences x {a.real_steps} steps, GSM8K-like lengths (workload_gsm8k); head in chunks "
+            f"of {a.vocab_chunk} tokens",
         },
-        "arms": {},
+        "arms": dict(old.get("arms", {})),
+        "runs": dict(old.get("runs", {})),
     }
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
-    for kind in a.models.split(","):
-        for arm in ARMS:
+    for kind in kinds:
+        for arm in a.arms.split(","):
             cmd = [sys.executable, __file__, "--arm", f"{kind}/{arm}", *sys.argv[1:]]
             load0 = load()
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
@@ -146,14 +181,19 @@ def main() -> None:
                 file=sys.stderr,
                 flush=True,
             )
-        doc[kind] = figures(doc["arms"], kind)
-        print(json.dumps({kind: doc[kind]}, indent=1), file=sys.stderr, flush=True)
+        if all(f"{kind}/{arm}" in doc["arms"] for arm in ARMS):
+            doc[kind] = figures(doc["arms"], kind)
+            print(json.dumps({kind: doc[kind]}, indent=1), file=sys.stderr, flush=True)
+        doc["runs"][kind] = {**run, "load_after": load(), "run_s": time.time() - started}
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")  # each model as soon as it is done
     doc["shard_imbalance"] = shard_balance(a)
-    doc["load_after"] = load()
-    doc["run_s"] = time.time() - started
+    if not {"tiny", "wide"} - set(kinds):
+        doc["load_after"] = load()
+        doc["run_s"] = time.time() - started
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
-    print(json.dumps({k: doc[k] for k in ("tiny", "wide", "shard_imbalance") if k in doc}, indent=1))
+    print(json.dumps({k: doc[k] for k in (*kinds, "shard_imbalance") if k in doc}, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ Arms, all on identical pre-generated micro-batches and the same random weights (
   ``packed`` vs this is packing alone. Train step only.
 * ``packed``: best-fit-decreasing rows, block-sparse attention, one plan per micro-batch shared by the
   reference pass, the old-policy pass and the train step, as ``PackedGRPOLearner`` runs them.
+* ``packed-headc``: ``packed`` with the vocabulary head at completion columns only
+  (``head.completion_head_logps``, the trainer's default), so the head's gain is seen alone.
+* ``tunix-headc``: Tunix's unpacked layout and dense attention through the project's forward, head at
+  completion columns only (what ``logps.unpacked_completion_logps`` runs).
+
+The first three arms run the head over every column (``head_at="rows"``), as before that change.
 
 Each jitted function is compiled ahead of time (``lower().compile()``), so timed steps run no compile.
 """
@@ -34,6 +40,23 @@ WIDE = {  # Qwen3-0.6B's widths (tied embedding, as Qwen3-0.6B); layers come fro
     "rope_theta": 1_000_000,
     "use_tied_embedding": True,
 }
+
+
+def workload_gsm8k(row: int, batch: int, steps: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """Per step: (prompt lengths, completion lengths) drawn like the v5e example's (rljob-v5e.yaml: row
+    1,024 = prompts up to 384 + completions up to 640), scaled to ``row``: GSM8K-like prompts (question
+    + chat template, ~150 of 1,024 tokens, normal, sd 40), completions gamma-distributed (mean ~40% of
+    the completion limit) and clipped at the limit, one completion exactly at the limit."""
+    rng = np.random.default_rng(seed)
+    max_p = round(0.375 * row)
+    max_c = row - max_p
+    out = []
+    for _ in range(steps):
+        p = np.clip(rng.normal(0.146 * row, 0.039 * row, batch).astype(int), max(1, round(0.05 * row)), max_p)
+        c = np.clip(rng.gamma(2.0, 0.2 * max_c, batch).astype(int), 8, max_c)
+        c[int(rng.integers(batch))] = max_c
+        out.append((p.tolist(), c.tolist()))
+    return out
 
 
 def workload(row: int, batch: int, steps: int, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -95,12 +118,18 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
     from tunix.rl import common
     from tunix.rl.algo_core import grpo_loss_fn
 
-    wide = model_kind == "wide"
-    row, batch, steps = (a.wide_row, a.wide_batch, a.wide_steps) if wide else (a.row, a.batch, a.steps)
+    wide = model_kind in ("wide", "real")
+    row, batch, steps, layers = {
+        "tiny": (a.row, a.batch, a.steps, 2),
+        "wide": (a.wide_row, a.wide_batch, a.wide_steps, a.wide_layers),
+        "real": (a.real_row, a.real_batch, a.real_steps, a.real_layers),
+    }[model_kind]
     chunk = a.vocab_chunk if wide else 0
-    lens = workload(row, batch, steps, a.seed)
-    max_p = max(2, round(0.015 * row))
-    overrides = {**WIDE, "num_layers": a.wide_layers} if wide else {}
+    if model_kind == "real":
+        lens, max_p = workload_gsm8k(row, batch, steps, a.seed), round(0.375 * row)
+    else:
+        lens, max_p = workload(row, batch, steps, a.seed), max(2, round(0.015 * row))
+    overrides = {**WIDE, "num_layers": layers} if wide else {}
     model = tiny_model("qwen3", seed=0, **overrides)
     graphdef, state = nnx.split(model)
     cfg = grpo_config()
@@ -111,7 +140,8 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
     real = sum(int(np.asarray(e.prompt_mask).sum() + np.asarray(e.completion_mask).sum()) for e in examples)
     padded = sum(int(e.prompt_ids.size + e.completion_ids.size) for e in examples)
 
-    attention = {"tunix": "dense", "unpacked-blocked": "blocked", "packed": "blocked"}[arm]
+    attention = {"tunix": "dense", "tunix-headc": "dense", "unpacked-blocked": "blocked"}.get(arm, "blocked")
+    head_at = "completions" if arm.endswith("-headc") else "rows"
     if arm == "tunix" and not wide:
 
         def loss(m: Any, ex: Any) -> Any:
@@ -122,7 +152,9 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
                 graphdef, st, ex.prompt_ids, ex.completion_ids, PAD_ID, EOS_ID, temperature=cfg.temperature
             )
     else:
-        packed_loss = make_packed_grpo_loss_fn(attention=attention, block=a.block, vocab_chunk=chunk)
+        packed_loss = make_packed_grpo_loss_fn(
+            attention=attention, block=a.block, vocab_chunk=chunk, head_at=head_at
+        )
 
         def loss(m: Any, ex: Any) -> Any:
             return packed_loss(m, ex, cfg)
@@ -136,6 +168,7 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
                 block=a.block,
                 entropy=False,
                 vocab_chunk=chunk,
+                head_at=head_at,
             )
             return jax.lax.stop_gradient(out)
 
@@ -152,7 +185,7 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
         """Host side of one micro-batch: (inputs, seconds of planning + index building, transfer)."""
         if arm == "tunix" and not wide:
             return ex, {}
-        if arm != "packed":
+        if not arm.startswith("packed"):
             return unpacked_rows(ex, a.block if attention == "blocked" else None), {}
         t0 = time.perf_counter()
         p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
@@ -206,6 +239,9 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
         "model": model_kind,
         "attention": attention,
         "vocab_chunk": chunk,
+        "head_at": head_at,
+        "layers": layers,
+        "batch": batch,
         "steps": steps,
         "train_s_each": rec["train_s"],
         **out,
@@ -213,6 +249,7 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
         "shapes": len(compiled),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "real_tokens": real,
+        "prompt_tokens": sum(int(np.asarray(e.prompt_mask).sum()) for e in examples),
         "padded_tokens": padded,
         **stats,
     }

@@ -7,6 +7,13 @@ together. GRPO needs only, per token, the log-prob of the next token (and the en
 ``chunk`` tokens at a time (``lax.map`` over chunks, each chunk under ``jax.checkpoint`` so the backward
 pass recomputes its logits instead of storing them) keeps one ``[chunk, V]`` block alive. Exact: the
 same dot products and the same log-softmax per token, only the order of tokens differs.
+
+Why the head runs at completion columns only (``completion_rows``): GRPO's loss, the reference pass and
+the old-policy pass use log-probs of completion tokens only, yet a row's prompt columns (up to 384 of
+1,024 in the v5e example) and its padding would go through the head and its backward too. The final
+hidden states are gathered at the columns that predict completion tokens (one before each token),
+packed to the front of a ``[K, D]`` block, and only those reach the head; chunks past the real count
+are skipped at run time (``head_loop``), so the head's cost follows the real completion tokens.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from rljob_trainer.packing.head_loop import counted_token_logps
 
 # The trainer's automatic choice (``auto_vocab_chunk``): chunk the head when the vocabulary is large
 # enough for ``[tokens, V]`` logits to dominate the step's memory. 256 tokens of Qwen3-0.6B's 151,936
@@ -32,6 +41,11 @@ def auto_vocab_chunk(family: str, vocab_size: int, attention: str) -> int:
     if family in CHUNK_FAMILIES and attention in CHUNK_ATTENTION and vocab_size > CHUNK_ABOVE_VOCAB:
         return CHUNK_TOKENS
     return 0
+
+
+def apply_head(model: Any, x: jax.Array) -> jax.Array:
+    """The model's output head (tied embedding or ``lm_head``) on ``[..., D]``, as its ``__call__`` does."""
+    return model.embedder.decode(x) if tied_head(model) else model.lm_head(x)
 
 
 def tied_head(model: Any) -> bool:
@@ -56,8 +70,12 @@ def chunked_token_logps(
     chunk: int,
     entropy: bool = False,
     dtype: Any = None,
+    count: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """``log p(targets)`` and (optionally) the entropy for every row of ``hidden``.
+
+    ``count``: only the first ``count`` flattened rows are real (``completion_rows``); chunks that
+    start at or after it are not computed (their outputs are 0).
 
     ``hidden``: ``[..., D]`` final-norm hidden states; ``targets``: ``[...]`` token ids; ``weight``:
     ``[V, D]`` (``head_weight``). ``dtype``: the model's compute dtype for the head matmul (as its own
@@ -73,9 +91,7 @@ def chunked_token_logps(
     t = jnp.pad(t, (0, pad)).reshape(-1, chunk)
     w = weight if dtype is None else weight.astype(dtype)
 
-    @jax.checkpoint
-    def one(args: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        xc, tc = args
+    def compute(xc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
         xc = xc if dtype is None else xc.astype(dtype)
         logits = jnp.dot(xc, w.T).astype(jnp.float32)
         if temperature != 0.0 and temperature != 1.0:
@@ -87,6 +103,74 @@ def chunked_token_logps(
         ent = lse - jnp.sum(jax.nn.softmax(logits, axis=-1) * logits, axis=-1)
         return logp, ent
 
-    logp, ent = jax.lax.map(one, (x, t))
+    if count is not None:  # head_loop: skips chunks past count without a second [V, D] buffer
+        logp, ent = counted_token_logps(x, w, t, jnp.asarray(count, jnp.int32), temperature, entropy, dtype)
+    else:
+        logp, ent = jax.lax.map(jax.checkpoint(lambda args: compute(*args)), (x, t))
     logp = logp.reshape(-1)[:n].reshape(shape)
     return logp, (ent.reshape(-1)[:n].reshape(shape) if entropy else None)
+
+
+def completion_rows(completion_index: jax.Array, n_tokens: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Where the head's inputs come from when it runs at completion columns only.
+
+    ``completion_index``: ``[B, Tc]`` flat index (into ``n_tokens = R * L``) of each completion token, 0
+    for padding (a real completion token is never at flat index 0: its sequence starts with a prompt
+    token). Returns ``src`` ``[K]`` (flat indices of the real completion tokens, front-packed in
+    ``[B, Tc]`` order, then 0), ``slot`` ``[B, Tc]`` (each token's place in ``src``, -1 for padding) and
+    ``count`` (real tokens). ``K = min(B * Tc, n_tokens)``: static, bounded by the row slots, so no new
+    compiled shape. The token at ``src[k]`` is predicted by the hidden state at ``src[k] - 1``.
+    """
+    idx = completion_index.reshape(-1)
+    valid = idx > 0
+    k = min(idx.shape[0], n_tokens)
+    slot = jnp.where(valid, jnp.cumsum(valid) - 1, -1)
+    src = jnp.zeros(k, idx.dtype).at[jnp.where(valid, slot, k)].set(idx, mode="drop")
+    return src, slot.reshape(completion_index.shape), valid.sum(dtype=jnp.int32)
+
+
+def completion_head_logps(
+    model: Any,
+    hidden: jax.Array,
+    tokens: jax.Array,
+    completion_index: jax.Array,
+    *,
+    temperature: float,
+    chunk: int = 0,
+    entropy: bool = False,
+    chunked: Any = None,
+) -> tuple[jax.Array, jax.Array | None]:
+    """``[B, Tc]`` log-probs (and entropies) of the completion tokens, the head applied at their
+    predicting columns only (``completion_rows``); 0 at padding, as the whole-row path gives.
+
+    ``hidden``: ``[R, L, D]`` final-norm hidden states of the rows ``tokens`` ``[R, L]``. ``chunk`` > 0:
+    ``chunked_token_logps`` over the gathered states (``chunked``: that function, injectable for
+    tests); 0: the model's own head on all of them at once.
+    """
+    d = hidden.shape[-1]
+    src, slot, count = completion_rows(completion_index, tokens.size)
+    x = hidden.reshape(-1, d)[jnp.maximum(src - 1, 0)]  # column t - 1 predicts token t
+    targets = tokens.reshape(-1)[src]
+    if chunk:
+        logp, ent = (chunked or chunked_token_logps)(
+            x,
+            targets,
+            head_weight(model),
+            temperature=temperature,
+            chunk=chunk,
+            entropy=entropy,
+            dtype=getattr(model.config, "dtype", None),
+            count=count,
+        )
+    else:
+        logits = apply_head(model, x[None])[0].astype(jnp.float32)
+        if temperature != 0.0 and temperature != 1.0:
+            logits = logits / temperature
+        logp_all = jax.nn.log_softmax(logits, axis=-1)
+        logp = jnp.take_along_axis(logp_all, targets[:, None], axis=-1)[:, 0]
+        ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1) if entropy else None
+
+    def back(v: jax.Array) -> jax.Array:
+        return jnp.where(slot >= 0, v[jnp.maximum(slot, 0)], 0.0)
+
+    return back(logp), (back(ent) if entropy else None)

@@ -44,7 +44,7 @@ class PackedInputs:
         return (self.pair_row, self.pair_q, self.pair_k, self.pair_valid)
 
 
-@functools.partial(jax.jit, static_argnames=("temperature", "attention", "block", "vocab_chunk"))
+@functools.partial(jax.jit, static_argnames=("temperature", "attention", "block", "vocab_chunk", "head_at"))
 def _logps(
     graphdef: Any,
     state: Any,
@@ -54,6 +54,7 @@ def _logps(
     attention: str,
     block: int,
     vocab_chunk: int = 0,
+    head_at: str = "auto",
 ) -> jax.Array:
     model = nnx.merge(graphdef, state)
     logps, _ = packed_per_token_logps(
@@ -64,6 +65,7 @@ def _logps(
         block=block,
         entropy=False,
         vocab_chunk=vocab_chunk,
+        head_at=head_at,
     )
     return jax.lax.stop_gradient(logps)
 
@@ -76,12 +78,13 @@ def packed_completion_logps(
     attention: str,
     block: int,
     vocab_chunk: int = 0,
+    head_at: str = "auto",
 ) -> jax.Array:
     """``[sum B, Tc]`` per-token log-probs of the completion tokens of consecutive micro-batches.
 
     What Tunix's ``compute_per_token_logps(prompt, completion, temperature=...)`` returns for the
-    concatenated micro-batches, at every real completion token. ``vocab_chunk``: see
-    ``loss.packed_per_token_logps``.
+    concatenated micro-batches, at every real completion token. ``vocab_chunk``, ``head_at``:
+    see ``loss.packed_per_token_logps`` (by default the head runs at completion columns only).
     """
     graphdef, state = nnx.split(model)
     outs = [
@@ -93,7 +96,60 @@ def packed_completion_logps(
             attention=attention,
             block=block,
             vocab_chunk=vocab_chunk,
+            head_at=head_at,
         )
         for layout in layouts
     ]
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)
+
+
+def unpacked_inputs(prompt_ids: jax.Array, completion_ids: jax.Array, pad_id: int) -> PackedInputs:
+    """Tunix's unpacked ``[B, P + Tc]`` layout (one sequence per row) as ``PackedInputs``.
+
+    Why: the packed forward and ``head.completion_head_logps`` then serve the unpacked path too, so it
+    gets the head at completion columns only (Tunix's ``compute_per_token_logps`` runs the head over
+    every prompt column). Same positions (``build_positions_from_mask``) and key mask (pads are keys
+    nobody attends) as Tunix's ``process_ids``; queries from the first real token on are segment 1,
+    leading pads segment 0 (they attend each other only, never a real token: no empty softmax row).
+    Needs at least one real prompt token per sequence (left-padded prompts).
+    """
+    b, p = prompt_ids.shape
+    tc = completion_ids.shape[1]
+    tokens = jnp.concatenate([prompt_ids, completion_ids], axis=1)
+    mask = tokens != pad_id
+    started = jnp.cumsum(mask, axis=1) > 0
+    cols = jnp.arange(tc, dtype=jnp.int32)[None]
+    rows = jnp.arange(b, dtype=jnp.int32)[:, None] * (p + tc)
+    return PackedInputs(
+        tokens=tokens.astype(jnp.int32),
+        positions=jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0).astype(jnp.int32),
+        segment_ids=started.astype(jnp.int32),
+        completion_index=jnp.where(completion_ids != pad_id, rows + p + cols, 0).astype(jnp.int32),
+        kv_segment_ids=mask.astype(jnp.int32),
+    )
+
+
+def unpacked_completion_logps(
+    model: Any,
+    prompt_ids: jax.Array,
+    completion_ids: jax.Array,
+    *,
+    pad_id: int,
+    temperature: float,
+    vocab_chunk: int = 0,
+    head_at: str = "auto",
+) -> jax.Array:
+    """``[B, Tc]`` completion log-probs in Tunix's unpacked layout with dense masked attention (what
+    ``common.compute_per_token_logps`` computes), the head at completion columns only by default;
+    0 at completion padding (Tunix: the pad token's log-prob; the loss masks both)."""
+    graphdef, state = nnx.split(model)
+    return _logps(
+        graphdef,
+        state,
+        unpacked_inputs(jnp.asarray(prompt_ids), jnp.asarray(completion_ids), pad_id),
+        temperature=float(temperature),
+        attention="dense",
+        block=0,
+        vocab_chunk=vocab_chunk,
+        head_at=head_at,
+    )

@@ -19,9 +19,29 @@ import jax.numpy as jnp
 from tunix.rl import common
 from tunix.rl.algo_core import masked_mean
 
-from rljob_trainer.packing.adapter import packed_hidden, packed_logits
+from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, packed_hidden, packed_logits
 from rljob_trainer.packing.example import PackedTrainExample
-from rljob_trainer.packing.head import chunked_token_logps, head_weight
+from rljob_trainer.packing.head import chunked_token_logps, completion_head_logps, head_weight
+
+HEAD_AT = ("auto", "completions", "rows")
+
+
+def head_at_completions(model: Any, attention: str, head_at: str = "auto") -> bool:
+    """Whether the head runs at completion columns only (``head.completion_head_logps``).
+
+    ``auto``: yes wherever the forward stops at the final norm (blocked/dense attention on
+    qwen3/qwen2/llama3); splash, MaxText's segments and gemma3 run the model's own call, head included.
+    ``completions`` where that is impossible raises; ``rows``: the whole-row head (for comparisons).
+    """
+    if head_at not in HEAD_AT:
+        raise ValueError(f"head_at must be one of {HEAD_AT}, not {head_at!r}")
+    possible = attention in ("blocked", "dense") and family_of(model) in BLOCKED_FAMILIES
+    if head_at == "completions" and not possible:
+        raise ValueError(
+            f"the head at completions only needs blocked/dense attention on {BLOCKED_FAMILIES}, "
+            f"not {attention!r} on {family_of(model)!r}"
+        )
+    return possible and head_at != "rows"
 
 
 def packed_per_token_logps(
@@ -33,6 +53,7 @@ def packed_per_token_logps(
     block: int,
     entropy: bool = True,
     vocab_chunk: int = 0,
+    head_at: str = "auto",
 ) -> tuple[jax.Array, jax.Array | None]:
     """Per-token log-probs and entropies of the completion tokens, ``[B, Tc]`` each, from packed rows.
 
@@ -42,8 +63,29 @@ def packed_per_token_logps(
     sequence. ``entropy=False`` (reference / old-policy passes) skips the entropies (returns None).
     ``vocab_chunk`` > 0 (blocked/dense attention, qwen3/qwen2/llama3): the head runs over that many
     tokens at a time (``head.chunked_token_logps``) instead of materialising ``[R, L, V]`` logits.
+    ``head_at`` (``head_at_completions``): by default the head sees the completion columns only.
     """
     flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
+    if head_at_completions(model, attention, head_at):
+        hidden = packed_hidden(
+            model,
+            ex.tokens,
+            ex.positions,
+            ex.segment_ids,
+            ex.pairs if attention == "blocked" else None,
+            block=block,
+            kv=ex.kv_segment_ids,
+        )
+        return completion_head_logps(
+            model,
+            hidden,
+            ex.tokens,
+            ex.completion_index,
+            temperature=temperature,
+            chunk=vocab_chunk,
+            entropy=entropy,
+            chunked=chunked_token_logps,  # looked up here so tests can spy on it
+        )
     if vocab_chunk:
         if attention not in ("blocked", "dense"):
             raise ValueError(f"a chunked vocabulary head needs blocked or dense attention, not {attention!r}")
@@ -183,12 +225,13 @@ def grpo_loss_from_logps(
 
 
 def make_packed_grpo_loss_fn(
-    *, attention: str, block: int, vocab_chunk: int = 0
+    *, attention: str, block: int, vocab_chunk: int = 0, head_at: str = "auto"
 ) -> Callable[[Any, PackedTrainExample, Any], tuple[jax.Array, dict[str, jax.Array]]]:
     """A loss fn with the signature Tunix's actor trainer calls: ``(model, train_example, algo_config)``.
 
     ``attention`` is a resolved implementation (``adapter.resolve_attention``); ``block`` the attention
-    block size used when the examples were packed; ``vocab_chunk`` see ``packed_per_token_logps``.
+    block size used when the examples were packed; ``vocab_chunk``, ``head_at``: see
+    ``packed_per_token_logps``.
     """
 
     def loss_fn(model: Any, train_example: PackedTrainExample, algo_config: Any) -> Any:
@@ -203,6 +246,7 @@ def make_packed_grpo_loss_fn(
             attention=attention,
             block=block,
             vocab_chunk=vocab_chunk,
+            head_at=head_at,
         )
         return grpo_loss_from_logps(logps, entropy, train_example, algo_config)
 
