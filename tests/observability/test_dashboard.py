@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from rljob_operator.metrics import OperatorMetrics
 from rljob_trainer import dashboard
-from rljob_trainer.metrics import TrainerMetrics
+from rljob_trainer.telemetry.metrics import TrainerMetrics
 
 from tests.observability.conftest import DASHBOARD, RULES
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from rljob_operator import metrics as om
 
-from rljob_trainer import metrics as m
+from rljob_trainer.telemetry import metrics as m
 
 UID = "rljob-trainer"
 TITLE = "rljob / GRPO training"
@@ -246,7 +246,7 @@ def _trainer_panels() -> list[dict[str, Any]]:
 
 
 def _throughput_panels() -> list[dict[str, Any]]:
-    """MFU, tokens per second per chip, goodput and badput (trainer/rljob_trainer/flops.py, goodput.py)."""
+    """MFU, tokens per second per chip, goodput and badput (trainer/rljob_trainer/telemetry/flops.py, goodput.py)."""
     capacity = f"max by ({BY}) ({m.CHIPS}{{{SEL}}} * {m.PEAK_FLOPS}{{{SEL}}})"
     train = 'phase="actor_train"'
     return [
