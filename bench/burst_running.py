@@ -100,8 +100,8 @@ def running_rljob(name: str, reservation: str, port: int) -> dict[str, Any]:
 
 def exposition(name: str) -> str:
     """What a real trainer's host 0 serves after a few steps (the registry of ``TrainerMetrics``)."""
-    from rljob_trainer.metrics import TrainerMetrics
-    from rljob_trainer.progress import StepReport
+    from rljob_trainer.telemetry.metrics import TrainerMetrics
+    from rljob_trainer.telemetry.progress import StepReport
 
     tm = TrainerMetrics(rljob=name, max_steps=MAX_STEPS, stall_threshold_seconds=1800.0)
     extra = {"used_slot_tokens": 4096} if "used_slot_tokens" in StepReport.__dataclass_fields__ else {}

@@ -160,8 +160,11 @@ class Probe:
 
 def child(a: argparse.Namespace) -> None:
     """One arm, in this process: the trainer's own start-up and training, with the probe around phases."""
-    from rljob_trainer import main as trainer_main
-    from rljob_trainer import models, progress, startup, tunix_bridge
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.models import families as models
+    from rljob_trainer.run import main as trainer_main
+    from rljob_trainer.run import startup
+    from rljob_trainer.telemetry import progress
 
     from rljob.api import load_rljob
 
@@ -312,7 +315,7 @@ def xla_train_step(a: argparse.Namespace, layers: int, remat: bool = True) -> di
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from rljob_trainer import models
+    from rljob_trainer.models import families as models
     from rljob_trainer.packing import adapter
     from rljob_trainer.packing.adapter import resolve_attention
     from rljob_trainer.packing.example import pack_train_example

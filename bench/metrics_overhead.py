@@ -120,8 +120,8 @@ def main() -> int:
     os.chdir(ROOT)  # the example's relative paths (tokenizer, data)
     os.environ.setdefault("TQDM_DISABLE", "1")
     import jax.monitoring
-    from rljob_trainer import main as trainer_main
-    from rljob_trainer import metrics_server
+    from rljob_trainer.run import main as trainer_main
+    from rljob_trainer.telemetry import metrics_server
 
     from rljob.api import load_rljob, parse_rljob
 

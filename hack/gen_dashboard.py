@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write charts/rljob/files/rljob-dashboard.json from trainer/rljob_trainer/dashboard.py.
+"""Write charts/rljob/files/rljob-dashboard.json from charts/rljob/dashboard.py.
 
 Usage: hack/gen_dashboard.py [--check]   (--check: exit 1 if the checked-in JSON is out of date)
 """
@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "trainer")]
+sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "trainer")]
 
-from rljob_trainer import dashboard  # noqa: E402
+from charts.rljob import dashboard  # noqa: E402
 
 OUT = ROOT / "charts" / "rljob" / "files" / "rljob-dashboard.json"
 

@@ -60,9 +60,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _reward_errors(job: RLJob) -> list[str]:
     """What the CRD cannot check but every trainer would refuse: regex patterns Python cannot compile (the
-    apiserver's regular expressions are RE2). The trainer's own check (rljob_trainer.rewards), which imports
+    apiserver's regular expressions are RE2). The trainer's own check (rljob_trainer.workload.rewards), which imports
     nothing heavy."""
-    from rljob_trainer.rewards import pattern_errors
+    from rljob_trainer.workload.rewards import pattern_errors
 
     return pattern_errors(job.spec.rewards or ())
 
@@ -70,8 +70,8 @@ def _reward_errors(job: RLJob) -> list[str]:
 def _file_problems(job: RLJob) -> list[str]:
     """The trainer's checks that need no JAX: spec.model against its checkpoint's config.json, tensor
     headers and tokenizer, the data file, reward patterns (remote sources: their form only)."""
-    from rljob_trainer import main as trainer
-    from rljob_trainer import startup
+    from rljob_trainer.run import main as trainer
+    from rljob_trainer.run import startup
 
     return trainer.preflight(job) or startup.check(job)
 
@@ -116,7 +116,7 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rljob_trainer.main import run
+    from rljob_trainer.run.main import run
 
     args.config = args.filename
     return run(args)
@@ -132,7 +132,7 @@ def _operator(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rljob_trainer.options import add_train_options  # argparse only: no trainer dependencies
+    from rljob_trainer.run.options import add_train_options  # argparse only: no trainer dependencies
 
     parser = argparse.ArgumentParser(prog="rljob", description="RL post-training (packed GRPO) on GKE TPUs.")
     parser.add_argument("--version", action="version", version=f"rljob {_version()}")

@@ -42,7 +42,7 @@ BUILTIN_REWARDS: tuple[str, ...] = (
     "lengthPenalty",
     "answerCharFraction",
 )
-"""Built-in reward names (rljob_trainer.rewards implements them)."""
+"""Built-in reward names (rljob_trainer.workload.rewards implements them)."""
 
 
 class DataSpec(Model):

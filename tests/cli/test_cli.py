@@ -353,7 +353,7 @@ def test_every_option_has_help() -> None:
                     yield from parsers(sub)
 
     from rljob_operator.main import build_parser as operator_parser
-    from rljob_trainer.main import parse_args  # noqa: F401  (its parser is add_train_options + --config)
+    from rljob_trainer.run.main import parse_args  # noqa: F401  (its parser is add_train_options + --config)
 
     missing = [
         f"{p.prog} {'/'.join(a.option_strings) or a.dest}"
@@ -365,7 +365,7 @@ def test_every_option_has_help() -> None:
 
 
 def test_metrics_port_0_picks_a_free_port() -> None:
-    from rljob_trainer.main import apply_overrides, parse_args
+    from rljob_trainer.run.main import apply_overrides, parse_args
 
     from rljob.api import load_rljob
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rljob_trainer import console
+from rljob_trainer.telemetry import console
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = [sys.executable, "-m", "rljob_cli", "train", "-f", "examples/tiny-cpu.yaml", "--max-steps", "2"]

@@ -2,7 +2,7 @@
 arguments through every subcommand end in exit 0, 1 or 2 with a message.
 
 In-process for speed (hundreds of inputs); a few real subprocesses check the same through the entry
-points. ``train`` stops before training: ``rljob_trainer.main.train`` is replaced by a stub that returns
+points. ``train`` stops before training: ``rljob_trainer.run.main.train`` is replaced by a stub that returns
 an empty run, because every input that gets that far is a valid RLJob, and training one is
 tests/trainer's job (minutes each); what this test guards is the reading, checking and reporting on the
 way there.
@@ -20,11 +20,11 @@ import types
 from pathlib import Path
 
 import pytest
-import rljob_trainer.main as trainer_main
+import rljob_trainer.run.main as trainer_main
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from rljob_cli.main import main
-from rljob_trainer.progress import StepRecorder
+from rljob_trainer.telemetry.progress import StepRecorder
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = Path(tempfile.mkdtemp(prefix="rljob-notraceback-"))

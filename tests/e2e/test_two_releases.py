@@ -4,7 +4,7 @@ releases created in the apiserver, holds exactly one series per trainer metric a
 
 What is real: the chart (``helm install`` twice), the PodMonitors as the apiserver stores them, the trainer
 pods (the operator's rendered pod template: labels, host network, the ``metrics`` port) as the apiserver
-lists them, the trainer's metrics registry and HTTP server (``rljob_trainer.metrics``/``metrics_server``),
+lists them, the trainer's metrics registry and HTTP server (``rljob_trainer.telemetry.metrics``/``metrics_server``),
 and the Prometheus server, which relabels and scrapes. What stands in:
 
 - the Prometheus Operator, which turns PodMonitors into scrape configs, and the pod discovery (Debian's
@@ -36,9 +36,9 @@ import numpy as np
 import pytest
 import yaml
 from rljob_operator.render import render_jobset
-from rljob_trainer.metrics import TrainerMetrics
-from rljob_trainer.metrics_server import MetricsServer
-from rljob_trainer.progress import StepReport
+from rljob_trainer.telemetry.metrics import TrainerMetrics
+from rljob_trainer.telemetry.metrics_server import MetricsServer
+from rljob_trainer.telemetry.progress import StepReport
 
 from rljob.api import parse_rljob
 from tests import procs

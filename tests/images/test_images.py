@@ -2,7 +2,7 @@
 its own user (uid 10001), the examples baked into it, nothing from the checkout but a scratch work folder.
 
 The trainer image is the TPU build (jax[tpu] with libtpu) run on this machine's CPU: once without
-``JAX_PLATFORMS`` (trains, exits 0, and libtpu's error page does not appear: rljob_trainer.platforms), once
+``JAX_PLATFORMS`` (trains, exits 0, and libtpu's error page does not appear: rljob_trainer.run.platforms), once
 with ``JAX_PLATFORMS=cpu`` as the rehearsal's RLJob sets it, resuming from the first run's checkpoint and
 stopped with ``docker stop`` mid-run (SIGTERM -> checkpoint -> exit 143).
 """

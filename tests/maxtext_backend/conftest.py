@@ -15,6 +15,6 @@ collect_ignore_glob = [] if sys.version_info >= (3, 12) else ["test_*.py"]
 @pytest.fixture(scope="session")
 def tiny():
     """A tiny random MaxText qwen3 decoder behind MaxText's Tunix adapter, with its mesh."""
-    from rljob_trainer.maxtext_testing import tiny_maxtext_model
+    from rljob_trainer.models.maxtext.testing import tiny_maxtext_model
 
     return tiny_maxtext_model(seed=3)

@@ -22,8 +22,8 @@ SCRIPT = textwrap.dedent(
     wsc, top_k = jax.lax.with_sharding_constraint, jax.lax.top_k
     from rljob.api import parse_rljob
     from rljob_trainer import tunix_bridge
-    from rljob_trainer import startup
-    from rljob_trainer.progress import StepRecorder
+    from rljob_trainer.run import startup
+    from rljob_trainer.telemetry.progress import StepRecorder
 
     job = parse_rljob({
         "apiVersion": "rljob.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "t"},

@@ -21,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flax import nnx
-from rljob_trainer import maxtext_models, sources
-from rljob_trainer.maxtext_testing import TINY_SPEC
+from rljob_trainer.models.maxtext import decoders as maxtext_models
+from rljob_trainer.models.maxtext.testing import TINY_SPEC
 from rljob_trainer.packing.testing import PAD_ID
+from rljob_trainer.workload import sources
 
 from tests.trainer.gcs import GcsServer, gcs  # noqa: F401  (the fixture)
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rljob_trainer import main as trainer_main
-from rljob_trainer import maxtext_models, startup
+from rljob_trainer.models.maxtext import decoders as maxtext_models
 from rljob_trainer.packing import PackedGRPOLearner
+from rljob_trainer.run import main as trainer_main
+from rljob_trainer.run import startup
 
 from rljob.api import RLJobError, load_rljob, parse_rljob
 
@@ -67,7 +68,8 @@ def test_unknown_override_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch)
 def test_flops_shape_matches_tunix_qwen3(size: str, tunix_size: str) -> None:
     """The metrics' FLOPs per token read MaxText's config for this backend: MaxText's qwen3-0.6b (and its
     tiny shrink) has the same shape as Tunix's qwen3 of that size, so the two backends count alike."""
-    from rljob_trainer import flops, models
+    from rljob_trainer.models import families as models
+    from rljob_trainer.telemetry import flops
 
     from rljob.api.maxtext import MaxTextSpec
     from rljob.api.spec import ModelSpec

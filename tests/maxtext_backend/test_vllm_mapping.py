@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from rljob_trainer import models, tunix_bridge
+from rljob_trainer import tunix_bridge
+from rljob_trainer.models import families as models
 from tunix.generate import mappings, utils
 
 from rljob.api import load_rljob, parse_rljob

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from rljob_trainer.main import train
-from rljob_trainer.progress import ConsoleProgress, StepReport
+from rljob_trainer.run.main import train
+from rljob_trainer.telemetry.progress import ConsoleProgress, StepReport
 
 from rljob.api import load_rljob
 

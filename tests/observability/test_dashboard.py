@@ -13,9 +13,10 @@ from pathlib import Path
 
 import yaml
 from rljob_operator.metrics import OperatorMetrics
-from rljob_trainer import dashboard
-from rljob_trainer.metrics import TrainerMetrics
+from rljob_trainer.telemetry.metrics import TrainerMetrics
 
+from charts.rljob import dashboard
+from hack.docker_context import context_files
 from tests.observability.conftest import DASHBOARD, RULES
 
 NAME = re.compile(r"\brljob_(?:trainer|operator)_[a-z0-9_]+")
@@ -63,6 +64,14 @@ def test_operator_panels_and_alert_annotations() -> None:
 
 def test_checked_in_json_is_generated() -> None:
     assert DASHBOARD.read_text() == dashboard.render(), "run hack/gen_dashboard.py"
+
+
+def test_generator_is_in_no_image() -> None:
+    """The generator imports the operator's and the trainer's metrics, so it lives outside both packages and
+    outside every image's build context (it once sat in rljob_trainer, making the trainer import the operator)."""
+    context = context_files(Path(__file__).resolve().parents[2])
+    assert "charts/rljob/files/rljob-dashboard.json" not in context  # the chart is not in any image either
+    assert [f for f in context if f.endswith("dashboard.py")] == []
 
 
 def test_sidecar_ready() -> None:

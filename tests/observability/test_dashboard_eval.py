@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rljob_trainer import dashboard
 
+from charts.rljob import dashboard
 from tests import procs
 from tests.observability import recorded
 from tests.observability.prom import Prometheus

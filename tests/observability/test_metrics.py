@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rljob_trainer import flops, goodput, metrics_server
-from rljob_trainer import metrics as m
-from rljob_trainer.progress import StepRecorder, StepReport
+from rljob_trainer.telemetry import flops, goodput, metrics_server
+from rljob_trainer.telemetry import metrics as m
+from rljob_trainer.telemetry.progress import StepRecorder, StepReport
 
 from rljob.api import parse_rljob
 from tests import procs

@@ -8,8 +8,8 @@ import numpy as np
 from prometheus_client import generate_latest
 from rljob_operator import progress as p
 from rljob_operator.progress_refresh import write
-from rljob_trainer.metrics import TrainerMetrics
-from rljob_trainer.progress import StepReport
+from rljob_trainer.telemetry.metrics import TrainerMetrics
+from rljob_trainer.telemetry.progress import StepReport
 
 from tests.operator.fakes import FakeKube
 

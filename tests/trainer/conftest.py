@@ -1,3 +1,73 @@
-"""Fixtures shared by the trainer tests: ``gcs``, a real GCS-compatible server (tests/trainer/gcs.py)."""
+"""Fixtures shared by the trainer tests: ``gcs``, a real GCS-compatible server (tests/trainer/gcs.py), and
+``grpo_case``, the packed-vs-unpacked GRPO set-up the packing tests share.
+
+JAX, Flax and Tunix are imported inside the fixture: the tests here that need none of them (the layering
+test, the config exits) collect without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
 
 from tests.trainer.gcs import gcs  # noqa: F401  (re-exported as a fixture)
+
+
+@dataclass
+class GRPOCase:
+    """A tiny Tunix model, a GRPO config and one train example, unpacked (``ex``) and packed into rows
+    (``packed``, ``plan``): what every "packed equals Tunix unpacked" test compares."""
+
+    model: Any
+    cfg: Any
+    ex: Any
+    packed: Any
+    plan: Any
+
+    def loss_and_grads(self, fn: Callable[[Any], Any]) -> tuple[float, Any, list[Any]]:
+        """``fn(model) -> (loss, aux)``: the loss, its aux dict and the gradient of every parameter."""
+        import jax
+        from flax import nnx
+
+        (loss, aux), grads = nnx.value_and_grad(fn, has_aux=True)(self.model)
+        return float(loss), aux, jax.tree.leaves(nnx.state(grads, nnx.Param))
+
+    def assert_loss_and_grads_equal_unpacked(self, packed_fn: Any, aux: tuple[str, ...] = ()) -> None:
+        """``packed_fn`` (a packed GRPO loss fn) on the rows == Tunix's ``grpo_loss_fn`` on the unpacked
+        example within 1e-5: the loss, the ``aux`` values named, and every gradient (not trivially zero)."""
+        from rljob_trainer.packing.testing import EOS_ID, PAD_ID
+        from tunix.rl.algo_core import grpo_loss_fn
+
+        cfg = self.cfg
+        want_loss, want_aux, want_g = self.loss_and_grads(
+            lambda m: grpo_loss_fn(m, self.ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)
+        )
+        got_loss, got_aux, got_g = self.loss_and_grads(lambda m: packed_fn(m, self.packed, cfg))
+        assert abs(got_loss - want_loss) < 1e-5
+        for key in aux:
+            assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
+        assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4  # gradients are not all zero
+        for g, w in zip(got_g, want_g, strict=True):
+            assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+
+
+@pytest.fixture
+def grpo_case() -> Callable[..., GRPOCase]:
+    """``grpo_case(family, ex, row=, attention_block=, seed=1, **grpo_overrides)``: a random float32
+    ``tiny_model(family, seed)``, ``grpo_config(**grpo_overrides)`` and ``ex`` packed into rows of ``row``
+    tokens, checked to share rows (fewer rows than sequences), so the comparison covers packing itself."""
+    from rljob_trainer.packing.example import pack_train_example
+    from rljob_trainer.packing.testing import PAD_ID, grpo_config, tiny_model
+
+    def make(
+        family: str, ex: Any, *, row: int, attention_block: int | None, seed: int = 1, **grpo_overrides: Any
+    ) -> GRPOCase:
+        packed, plan = pack_train_example(ex, row, pad_id=PAD_ID, attention_block=attention_block)
+        assert plan.rows_used < len(ex.prompt_ids), (plan.rows_used, len(ex.prompt_ids))
+        return GRPOCase(tiny_model(family, seed=seed), grpo_config(**grpo_overrides), ex, packed, plan)
+
+    return make

@@ -48,7 +48,7 @@ class GcsServer:
     proc: subprocess.Popen
 
     def client(self):  # type: ignore[no-untyped-def]
-        from rljob_trainer import sources
+        from rljob_trainer.workload import sources
 
         return sources.storage_client()
 

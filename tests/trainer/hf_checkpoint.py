@@ -36,7 +36,8 @@ def tiny_model(family: str, seed: int = 0) -> Any:
     so that a transposed, mis-reshaped or swapped tensor changes the logits (norms start as all ones)."""
     import jax.numpy as jnp
     from flax import nnx
-    from rljob_trainer import models, tunix_bridge
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.models import families as models
 
     from rljob.api.spec import ModelSpec
 
@@ -86,7 +87,7 @@ def _unreshape(value: np.ndarray, embed_dim: int) -> np.ndarray:
 def hf_tensors(family: str, model: Any) -> dict[str, np.ndarray]:
     """The model's parameters as HF-named, HF-shaped float32 tensors (the inverse of Tunix's loader)."""
     from flax import nnx
-    from rljob_trainer import models
+    from rljob_trainer.models import families as models
 
     loader = importlib.import_module(models.FAMILIES[family].params_module)
     config = model.config

@@ -17,9 +17,9 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from rljob_trainer import checkpoint, main
-from rljob_trainer.checkpoint import Checkpointer
-from rljob_trainer.progress import StepRecorder
+from rljob_trainer.run import checkpoint, main
+from rljob_trainer.run.checkpoint import Checkpointer
+from rljob_trainer.telemetry.progress import StepRecorder
 
 
 class Tiny(nnx.Module):
@@ -161,7 +161,7 @@ def test_corrupt_newest_is_skipped_and_moved_aside(tmp_path: Path, caplog: pytes
     _corrupt(root / "4")
 
     fresh = fake_run(seed=5)
-    with caplog.at_level(logging.WARNING, logger="rljob_trainer.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="rljob_trainer.run.checkpoint"):
         step = make(tmp_path).resume(fresh)
     assert step == 2
     assert all(np.array_equal(a, b) for a, b in zip(params(fresh), at_2, strict=True))

@@ -14,7 +14,8 @@ import importlib
 from pathlib import Path
 
 import pytest
-from rljob_trainer import hf_config, models
+from rljob_trainer.models import families as models
+from rljob_trainer.models import hf_config
 
 from rljob.api.spec import ModelSpec
 
@@ -93,7 +94,7 @@ def test_qwen2_1p5b_takes_rope_and_head_from_config_json(hf: dict, rope: float, 
 
 
 def test_llama32_rope_scaling_is_carried() -> None:
-    from rljob_trainer import rope
+    from rljob_trainer.models import rope
 
     config = models.config_from_hf(spec("llama3", "1b"), LLAMA32_1B)
     assert (config.rope_theta, config.norm_eps, config.weight_tying) == (500000.0, 1e-5, True)

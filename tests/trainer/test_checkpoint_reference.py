@@ -51,7 +51,9 @@ def reference_job(name: str) -> object:
 
 @pytest.mark.parametrize("name", LOADABLE)
 def test_transformers_checkpoint_loads_with_its_own_logits(name: str) -> None:
-    from rljob_trainer import models, startup, tunix_bridge
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.models import families as models
+    from rljob_trainer.run import startup
 
     job = reference_job(name)
     workload = startup.prepare(job)  # type: ignore[arg-type]

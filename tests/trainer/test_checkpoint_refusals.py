@@ -86,7 +86,7 @@ def test_folder_without_tokenizer_files_is_refused(tmp_path: Path) -> None:
 
 def test_folder_without_tokenizer_files_loads_with_a_tokenizer_path(tmp_path: Path) -> None:
     """The same folder is fine when spec.model.tokenizerPath names the tokenizer (checks only)."""
-    from rljob_trainer import startup
+    from rljob_trainer.run import startup
 
     from rljob.api import parse_rljob
 

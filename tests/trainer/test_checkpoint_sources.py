@@ -63,7 +63,9 @@ def job(family: str, checkpoint: str, data: str = str(DATA), **model: str) -> ob
 
 def load_logits(rljob: object) -> tuple[np.ndarray, object]:
     """Start-up as the trainer does it, then Tunix's loader; returns (logits, workload)."""
-    from rljob_trainer import models, startup, tunix_bridge
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.models import families as models
+    from rljob_trainer.run import startup
 
     workload = startup.prepare(rljob)  # type: ignore[arg-type]
     assert workload.checkpoint_dir is not None

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rljob_trainer import models, progress, task
-from rljob_trainer.main import parse_args, preflight
+from rljob_trainer.models import families as models
+from rljob_trainer.run.main import parse_args, preflight
+from rljob_trainer.telemetry import progress
+from rljob_trainer.workload import task
 
 from rljob.api import parse_rljob
 from rljob.api.spec import RLJobSpec

@@ -153,7 +153,7 @@ def test_crash_exits_1(tmp_path: Path) -> None:
     path = tmp_path / "rljob.yaml"
     path.write_text(yaml.safe_dump(manifest()))
     code = (
-        "import sys, rljob_trainer.main as m\n"
+        "import sys, rljob_trainer.run.main as m\n"
         "def boom(*a, **k):\n    raise RuntimeError('host lost')\n"
         f"m.train = boom\nsys.exit(m.main(['--config', {str(path)!r}]))\n"
     )

@@ -9,9 +9,9 @@ import time
 import types
 
 import numpy as np
-from rljob_trainer import console
-from rljob_trainer.main import _configure_logging
-from rljob_trainer.progress import StepReport
+from rljob_trainer.run.main import _configure_logging
+from rljob_trainer.telemetry import console
+from rljob_trainer.telemetry.progress import StepReport
 
 EVENT = console.COMPILE_EVENT
 

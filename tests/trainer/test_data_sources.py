@@ -49,7 +49,7 @@ def write_parquet(path: Path, records: list[dict[str, Any]]) -> Path:
 
 def prepare(source: str, seed: int = 0, model: dict[str, Any] | None = None, **data: Any) -> Any:
     """``startup.prepare`` of a tiny RLJob reading ``source`` (question/answer columns)."""
-    from rljob_trainer import startup
+    from rljob_trainer.run import startup
 
     doc = tiny_rljob(
         **{

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rljob_trainer import distributed
+from rljob_trainer.run import distributed
 
 from tests.observability import runs
 from tests.observability.runs import value

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from rljob_operator import names
 from rljob_operator.render import render_objects
-from rljob_trainer import main as trainer_main
-from rljob_trainer import startup
+from rljob_trainer.run import main as trainer_main
+from rljob_trainer.run import startup
 
 from rljob.api import load_rljob, parse_rljob
 from tests.observability import runs

@@ -8,7 +8,8 @@ non-embedding parameters; the matmul count below is those plus the LM head.
 from __future__ import annotations
 
 import pytest
-from rljob_trainer import flops, models
+from rljob_trainer.models import families as models
+from rljob_trainer.telemetry import flops
 
 from rljob.api import tpu
 from rljob.api.spec import ModelSpec

@@ -29,7 +29,7 @@ REPO = "acme/private-tok"
 START = """
 import json, sys
 from rljob.api import load_rljob
-from rljob_trainer import startup
+from rljob_trainer.run import startup
 print(json.dumps(startup.prepare(load_rljob(sys.argv[1])).data.prompts))
 """
 

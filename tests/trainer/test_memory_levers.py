@@ -14,8 +14,8 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from rljob_trainer import main as trainer_main
 from rljob_trainer import memory, tunix_bridge
+from rljob_trainer.run import main as trainer_main
 
 from rljob.api import parse_rljob
 from tests import procs

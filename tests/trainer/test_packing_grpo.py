@@ -6,30 +6,21 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from rljob_trainer.packing.example import pack_train_example
 from rljob_trainer.packing.learner import PackedGRPOLearner
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
 from rljob_trainer.packing.rows import RowTooShortError
 from rljob_trainer.packing.testing import (
-    EOS_ID,
-    PAD_ID,
     grpo_config,
     length_reward,
     random_train_example,
     tiny_cluster,
     tiny_model,
 )
-from tunix.rl.algo_core import grpo_loss_fn
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 
 ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
 PROMPTS = [4, 2, 3, 1, 4, 2, 1, 3]
 COMPLETIONS = [28, 5, 20, 1, 9, 13, 2, 7]
-
-
-def loss_and_grads(model, fn):
-    (loss, aux), grads = nnx.value_and_grad(fn, has_aux=True)(model)
-    return float(loss), aux, jax.tree.leaves(nnx.state(grads, nnx.Param))
 
 
 @pytest.mark.parametrize(
@@ -49,28 +40,15 @@ def loss_and_grads(model, fn):
         ("gemma3", "dense", {}, True, True),
     ],
 )
-def test_loss_and_grads_packed_equal_unpacked(family, attention, overrides, beta, old):
-    model = tiny_model(family, seed=1)
-    cfg = grpo_config(**overrides)
+def test_loss_and_grads_packed_equal_unpacked(grpo_case, family, attention, overrides, beta, old):
     ex = random_train_example(
         PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=2, beta=beta, old_logps=old
     )
-    packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
-    assert plan.rows_used < len(PROMPTS)
-    packed_fn = make_packed_grpo_loss_fn(attention=attention, block=BLOCK)
-
-    want_loss, want_aux, want_g = loss_and_grads(
-        model, lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)
+    case = grpo_case(family, ex, row=ROW, attention_block=BLOCK, **overrides)
+    case.assert_loss_and_grads_equal_unpacked(
+        make_packed_grpo_loss_fn(attention=attention, block=BLOCK),
+        aux=("kl", "kl_loss", "pg_loss", "entropy", "pg_clipfrac", "ppo_kl"),
     )
-    got_loss, got_aux, got_g = loss_and_grads(model, lambda m: packed_fn(m, packed, cfg))
-    assert abs(got_loss - want_loss) < 1e-5
-    for key in ("kl", "kl_loss", "pg_loss", "entropy", "pg_clipfrac", "ppo_kl"):
-        assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
-    assert len(got_g) == len(want_g)
-    scale = max(float(np.abs(np.asarray(g)).max()) for g in want_g)
-    assert scale > 1e-4  # gradients are not trivially zero
-    for g, w in zip(got_g, want_g, strict=True):
-        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
 
 
 def run_step(learner_cls, **kwargs):

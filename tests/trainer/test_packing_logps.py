@@ -3,12 +3,11 @@ pad tokens inside completions (vLLM) handled as unpacked."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from rljob_trainer.packing.example import pack_train_example, plan_layout
+from rljob_trainer.packing.example import plan_layout
 from rljob_trainer.packing.learner import PackedGRPOLearner
 from rljob_trainer.packing.logps import packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
@@ -23,7 +22,6 @@ from rljob_trainer.packing.testing import (
     tiny_model,
 )
 from tunix.rl import common
-from tunix.rl.algo_core import grpo_loss_fn
 
 ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
 # Two micro-batches of 4: rows shared by several sequences, one sequence filling a row exactly.
@@ -108,28 +106,16 @@ def with_pads_inside(ex):
 
 
 @pytest.mark.parametrize("attention", ["blocked", "dense"])
-def test_pad_inside_a_completion_is_handled_as_unpacked(attention):
+def test_pad_inside_a_completion_is_handled_as_unpacked(grpo_case, attention):
     """No error; log-probs, GRPO loss and gradients equal Tunix's unpacked ones (the pad is a masked key
     without a position; the token after it is predicted from the pad's column)."""
-    model = tiny_model("qwen3", seed=2)
     ex = with_pads_inside(random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C))
     mask = np.asarray(ex.completion_mask)
     assert not mask[0, 3] and mask[0, 5] and not mask[5, 11] and mask[5, 12]
-    packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
-    assert plan.rows_used < len(PROMPTS)
-    got, _ = packed_per_token_logps(model, packed, temperature=0.9, attention=attention, block=BLOCK)
-    want = unpacked(model, ex, 0.9)
+    case = grpo_case("qwen3", ex, row=ROW, attention_block=BLOCK, seed=2)
+    got, _ = packed_per_token_logps(
+        case.model, case.packed, temperature=0.9, attention=attention, block=BLOCK
+    )
+    want = unpacked(case.model, ex, 0.9)
     assert np.abs(np.where(mask, np.asarray(got) - want, 0.0)).max() < 1e-5
-
-    cfg = grpo_config()
-    packed_fn = make_packed_grpo_loss_fn(attention=attention, block=BLOCK)
-
-    def loss_and_grads(fn):
-        (loss, _), grads = nnx.value_and_grad(fn, has_aux=True)(model)
-        return float(loss), jax.tree.leaves(nnx.state(grads, nnx.Param))
-
-    want_loss, want_g = loss_and_grads(lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID))
-    got_loss, got_g = loss_and_grads(lambda m: packed_fn(m, packed, cfg))
-    assert abs(got_loss - want_loss) < 1e-5
-    for g, w in zip(got_g, want_g, strict=True):
-        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+    case.assert_loss_and_grads_equal_unpacked(make_packed_grpo_loss_fn(attention=attention, block=BLOCK))

@@ -18,9 +18,8 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ke
 from rljob_trainer.packing.adapter import resolve_attention, splash_block
 from rljob_trainer.packing.example import pack_train_example
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
-from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
+from rljob_trainer.packing.testing import EOS_ID, PAD_ID, random_train_example, tiny_model
 from tunix.rl import common
-from tunix.rl.algo_core import grpo_loss_fn
 
 ROW, MAX_P, MAX_C, TEMP = 256, 4, 124, 0.9
 # Rows of 256 with splash blocks of 128: segments straddle the block boundary, and a row holds several.
@@ -67,25 +66,12 @@ def test_splash_logps_equal_unpacked(family):
 
 
 @pytest.mark.slow  # ~1-3 min: interpret-mode Pallas backward kernels
-def test_splash_grpo_loss_and_grads_equal_unpacked():
-    model = tiny_model("qwen3", seed=1)
-    cfg = grpo_config()
+def test_splash_grpo_loss_and_grads_equal_unpacked(grpo_case):
     # One row, three segments across both blocks (interpret-mode VJP kernels are slow on CPU).
     ex = example(seed=2, prompts=[4, 3, 1], completions=[124, 90, 7])
-    packed, plan = pack_train_example(ex, ROW, pad_id=PAD_ID)
-    assert plan.rows_used == 1
-    packed_fn = make_packed_grpo_loss_fn(attention="splash", block=128)
-
-    def loss_and_grads(fn):
-        (loss, _), grads = nnx.value_and_grad(fn, has_aux=True)(model)
-        return float(loss), jax.tree.leaves(nnx.state(grads, nnx.Param))
-
-    want_loss, want_g = loss_and_grads(lambda m: grpo_loss_fn(m, ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID))
-    got_loss, got_g = loss_and_grads(lambda m: packed_fn(m, packed, cfg))
-    assert abs(got_loss - want_loss) < 1e-5
-    assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4
-    for g, w in zip(got_g, want_g, strict=True):
-        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+    case = grpo_case("qwen3", ex, row=ROW, attention_block=None)
+    assert case.plan.rows_used == 1
+    case.assert_loss_and_grads_equal_unpacked(make_packed_grpo_loss_fn(attention="splash", block=128))
 
 
 def test_splash_block_divides_the_row_and_families():

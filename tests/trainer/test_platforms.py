@@ -1,9 +1,9 @@
-"""The CPU fallback of the TPU image (rljob_trainer.platforms): decided before JAX is imported. The image
+"""The CPU fallback of the TPU image (rljob_trainer.run.platforms): decided before JAX is imported. The image
 itself (libtpu installed, no TPU attached: quiet) is run in tests/images/test_images.py."""
 
 from __future__ import annotations
 
-from rljob_trainer import platforms
+from rljob_trainer.run import platforms
 
 
 def test_no_tpu_and_no_choice_means_cpu() -> None:

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from rljob_trainer import rewards
-from rljob_trainer.math_worker import MathVerifier, MathVerifyError
-from rljob_trainer.rewards import RewardError
+from rljob_trainer.workload import rewards
+from rljob_trainer.workload.math_worker import MathVerifier, MathVerifyError
+from rljob_trainer.workload.rewards import RewardError
 
 from rljob.api.workload import RewardSpec
 

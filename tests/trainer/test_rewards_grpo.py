@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 from math_verify import parse, verify
-from rljob_trainer import main as trainer_main
-from rljob_trainer import rewards
+from rljob_trainer.run import main as trainer_main
+from rljob_trainer.workload import rewards
 
 from rljob.api import parse_rljob
 from tests import procs

@@ -68,7 +68,7 @@ def test_tunix_rollout_config_carries_the_kwargs() -> None:
     """Tunix overwrites EngineArgs.gpu_memory_utilization from rollout_vllm_hbm_utilization, so the memory
     fraction must land there; everything else passes through rollout_vllm_kwargs unchanged."""
     from rljob_trainer import tunix_bridge
-    from rljob_trainer.task import CharTokenizer
+    from rljob_trainer.workload.task import CharTokenizer
 
     unset = tunix_bridge.rollout_config(spec(hbmUtilization=0.6), CharTokenizer())
     assert unset.rollout_vllm_hbm_utilization == 0.6
@@ -80,7 +80,7 @@ def test_tunix_rollout_config_carries_the_kwargs() -> None:
 
 def test_vanilla_rollout_config_has_no_vllm_kwargs() -> None:
     from rljob_trainer import tunix_bridge
-    from rljob_trainer.task import EOS_ID, PAD_ID, CharTokenizer
+    from rljob_trainer.workload.task import EOS_ID, PAD_ID, CharTokenizer
 
     s = spec().model_copy(update={"rollout": spec().rollout.model_copy(update={"engine": "vanilla"})})
     cfg = tunix_bridge.rollout_config(s, CharTokenizer())
@@ -93,7 +93,7 @@ def test_vanilla_rollout_config_has_no_vllm_kwargs() -> None:
 def test_vllm_gets_the_downloaded_directory_not_the_uri(uri: str, tmp_path: Any) -> None:
     """vLLM reads the model config from a local directory: the fetched copy, never hf:// or gs://."""
     from rljob_trainer import tunix_bridge
-    from rljob_trainer.task import CharTokenizer
+    from rljob_trainer.workload.task import CharTokenizer
 
     s = spec()
     s = s.model_copy(update={"model": s.model.model_copy(update={"checkpointPath": uri})})

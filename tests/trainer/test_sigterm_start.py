@@ -11,7 +11,7 @@ import signal
 import time
 from pathlib import Path
 
-from rljob_trainer import distributed
+from rljob_trainer.run import distributed
 
 from tests import procs
 from tests.observability import runs

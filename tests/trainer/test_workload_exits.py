@@ -150,7 +150,7 @@ def tiny_checkpoint(tmp_path: Path, family: str = "qwen3", **config: int) -> Pat
     import importlib
 
     from flax import nnx
-    from rljob_trainer import models as trainer_models
+    from rljob_trainer.models import families as trainer_models
 
     from rljob.api.spec import ModelSpec
     from tests.trainer import hf_checkpoint

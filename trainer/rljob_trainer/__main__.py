@@ -2,7 +2,7 @@
 
 import sys
 
-from rljob_trainer.main import main
+from rljob_trainer.run.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

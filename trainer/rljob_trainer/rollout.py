@@ -14,7 +14,7 @@ import importlib.util
 from typing import Any
 
 from rljob.api.spec import RLJobSpec
-from rljob_trainer import models
+from rljob_trainer.models import families as models
 
 VANILLA = "vanilla"
 VLLM = "vllm"

@@ -35,8 +35,9 @@ from tunix.rl.grpo import grpo_learner
 from tunix.rl.rollout import base_rollout
 
 from rljob.api.spec import RLJobSpec
-from rljob_trainer import memory, models, rollout
-from rljob_trainer.progress import StepRecorder
+from rljob_trainer import memory, rollout
+from rljob_trainer.models import families as models
+from rljob_trainer.telemetry.progress import StepRecorder
 
 log = logging.getLogger(__name__)
 Mode = rl_cluster_lib.Mode
@@ -124,7 +125,7 @@ def rollout_config(
             rollout_vllm_tpu_backend_type="jax",
         )
         if spec.model.backend == "maxtext":
-            from rljob_trainer import maxtext_vllm
+            from rljob_trainer.models.maxtext import vllm as maxtext_vllm
 
             fields["rollout_mapping_config"] = maxtext_vllm.mapping_config(actor)
     return base_rollout.RolloutConfig(**fields)
@@ -152,7 +153,7 @@ def rollout_engine(spec: RLJobSpec) -> Any:
     """Tunix's ``rollout_engine``: its name, or for MaxText models with the vanilla engine our full-forward
     rollout class (Tunix's vanilla sampler needs Tunix's KV-cache protocol, which MaxText's adapter lacks)."""
     if spec.model.backend == "maxtext" and spec.rollout.engine == rollout.VANILLA:
-        from rljob_trainer.maxtext_rollout import FullForwardRollout
+        from rljob_trainer.models.maxtext.rollout import FullForwardRollout
 
         return FullForwardRollout
     return rollout.engine_name(spec)
@@ -324,7 +325,7 @@ def build_models(
     (docs/maxtext.md); it reads spec.model.checkpointPath itself (load_parameters_path)."""
     with_reference = spec.grpo.beta > 0
     if spec.model.backend == "maxtext":
-        from rljob_trainer import maxtext_models
+        from rljob_trainer.models.maxtext import decoders as maxtext_models
 
         config = maxtext_models.maxtext_config(
             spec.model, max_target_length=spec.maxTargetLength, seed=spec.grpo.seed

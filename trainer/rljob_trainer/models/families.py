@@ -22,7 +22,8 @@ from typing import Any
 
 from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
-from rljob_trainer import checkpoint_files, hf_config, sources, task
+from rljob_trainer.models import checkpoint_files, hf_config
+from rljob_trainer.workload import sources, task
 
 TINY = "tiny"
 
@@ -277,7 +278,7 @@ def _as_config_says(model: ModelSpec, hf: dict[str, Any] | None, config: Any) ->
     """What Tunix fixes outside its ModelConfig, set from config.json while a model is built: qwen3/llama3
     rope frequencies (``rope.install``: process state, read when a forward pass is traced) and gemma3's
     per-layer attention kinds (``GEMMA3_ATTENTION_PATTERN``, read by the constructor; restored after)."""
-    from rljob_trainer import rope
+    from rljob_trainer.models import rope
 
     carried = _carried(model, hf) if hf is not None else hf_config.Carried()
     if model.family in rope.PATCHED:

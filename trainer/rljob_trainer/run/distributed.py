@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 
 from rljob.api import RLJobError
-from rljob_trainer import sigterm
+from rljob_trainer.run import sigterm
 
 ENV_COORDINATOR = "RLJOB_COORDINATOR"
 ENV_NUM_PROCESSES = "RLJOB_NUM_PROCESSES"
@@ -96,7 +96,7 @@ def initialize() -> Processes:
         except ValueError as exc:
             raise RLJobError([str(exc)], "the distributed start") from None
         print(f"distributed start ({how}): waiting for the other processes", flush=True)
-        # may wait minutes for the other hosts: keep SIGTERM working meanwhile (rljob_trainer.sigterm)
+        # may wait minutes for the other hosts: keep SIGTERM working meanwhile (rljob_trainer.run.sigterm)
         sigterm.run_interruptible(lambda: jax.distributed.initialize(**kwargs))  # type: ignore[arg-type]
         sigterm.install()  # XLA's preemption notifier replaced our handler
     errors = process_count_errors(jax.process_count())

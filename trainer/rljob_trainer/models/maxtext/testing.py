@@ -11,7 +11,7 @@ from typing import Any
 
 from rljob.api.maxtext import MaxTextSpec
 from rljob.api.spec import ModelSpec
-from rljob_trainer import maxtext_models
+from rljob_trainer.models.maxtext import decoders as maxtext_models
 from rljob_trainer.packing.testing import PAD_ID
 
 TINY_SPEC = ModelSpec(backend="maxtext", size="tiny", maxtext=MaxTextSpec(modelName="qwen3-0.6b"))

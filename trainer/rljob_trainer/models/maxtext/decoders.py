@@ -23,7 +23,7 @@ from typing import Any
 
 from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
-from rljob_trainer import sources, task
+from rljob_trainer.workload import sources, task
 
 # The tiny demo decoder (2 layers, dim 64, 4 heads x 16, 2 KV heads, vocab 256, float32), as MaxText
 # overrides of the named model's architecture. The named model still picks the decoder block (qwen3,
@@ -92,8 +92,8 @@ def maxtext_config(model: ModelSpec, *, max_target_length: int, seed: int) -> An
         "model_name": model.maxtext.modelName,
         "max_target_length": max_target_length,
         "init_weights_seed": seed,
-        "skip_jax_distributed_system": True,  # rljob_trainer.distributed initialises JAX
-        "enable_checkpointing": False,  # rljob_trainer.checkpoint owns checkpoints
+        "skip_jax_distributed_system": True,  # rljob_trainer.run.distributed initialises JAX
+        "enable_checkpointing": False,  # rljob_trainer.run.checkpoint owns checkpoints
         "run_name": "rljob",
         "scan_layers": False,  # per-layer parameters, as the adapter's weight mappings expect
     }

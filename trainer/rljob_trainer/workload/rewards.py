@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rljob.api.workload import RewardSpec
-from rljob_trainer.math_worker import MathVerifier
+from rljob_trainer.workload.math_worker import MathVerifier
 
 RewardFn = Callable[..., list[float]]
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)

@@ -18,7 +18,9 @@ from typing import Any
 from rljob.api import RLJobError
 from rljob.api.spec import RLJob
 from rljob.api.workload import RewardSpec
-from rljob_trainer import checkpoint_files, data, models, rewards, sources
+from rljob_trainer.models import checkpoint_files
+from rljob_trainer.models import families as models
+from rljob_trainer.workload import data, rewards, sources
 
 DEMO_REWARDS = (RewardSpec(name="answerCharFraction"),)
 """The reward of the built-in demo dataset (spec.data unset)."""

@@ -13,8 +13,8 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from rljob_trainer import flops, goodput
-from rljob_trainer.metrics import TrainerMetrics
+from rljob_trainer.telemetry import flops, goodput
+from rljob_trainer.telemetry.metrics import TrainerMetrics
 
 LINGER_ENV = "RLJOB_METRICS_LINGER_SECONDS"
 """Seconds to keep serving /metrics after training ends (default 0), so the last scrape sees the end."""
@@ -28,11 +28,11 @@ def step_flops(job: Any) -> flops.StepFlops:
     devices JAX sees, and the peak of spec.tpu.accelerator when the backend is a TPU (None elsewhere)."""
     import jax
 
-    from rljob_trainer import models
+    from rljob_trainer.models import families as models
 
     spec = job.spec
     if spec.model.backend == "maxtext":  # MaxText's own config (imports MaxText: this backend only)
-        from rljob_trainer import maxtext_models
+        from rljob_trainer.models.maxtext import decoders as maxtext_models
 
         mx = maxtext_models.maxtext_config(spec.model, max_target_length=spec.maxTargetLength, seed=0)
         config = maxtext_models.flops_config(mx)

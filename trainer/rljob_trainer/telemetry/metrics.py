@@ -33,9 +33,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rljob_trainer import goodput
-from rljob_trainer.flops import StepFlops
-from rljob_trainer.progress import StepReport
+from rljob_trainer.telemetry import goodput
+from rljob_trainer.telemetry.flops import StepFlops
+from rljob_trainer.telemetry.progress import StepReport
 
 PREFIX = "rljob_trainer_"
 STEP_DURATION = "rljob_trainer_step_duration_seconds"

@@ -1,12 +1,18 @@
 """The rljob Grafana dashboard, generated from plain dicts (``hack/gen_dashboard.py`` writes the JSON).
 
+It lives in the chart beside what it generates (``files/rljob-dashboard.json``, shipped by
+``templates/dashboard.yaml``), not in a Python package: no image carries it (.dockerignore leaves
+``charts/`` out) and the chart's package leaves it out (``.helmignore``: ``*.py``). Import it as
+``charts.rljob.dashboard`` with the repository root, ``operator/`` and ``trainer/`` on the path.
+
 Why code and not a hand-edited JSON: metric names come from ``metrics.py`` constants, and a test checks
 the checked-in ``charts/rljob/files/rljob-dashboard.json`` equals ``build()``, so a renamed metric
 cannot leave a dead panel behind. Plain dicts rather than grafana-foundation-sdk: a dozen panels do not
-justify a dependency in the trainer image.
+justify a dependency.
 
-Operator panels read ``rljob_operator.metrics``: this module is a build-time generator (never imported
-by a running trainer), so it may name both components' metrics.
+Trainer panels read ``rljob_trainer.telemetry.metrics``, operator panels ``rljob_operator.metrics``: this
+module is a build-time generator (never imported by a running trainer or operator), so it may name both
+components' metrics without making either package import the other.
 
 Sidecar-ready (kube-prometheus-stack loads ConfigMaps labelled ``grafana_dashboard: "1"``): a stable
 ``uid``, a ``${datasource}`` variable on every panel and query, no ``__inputs``.
@@ -18,8 +24,7 @@ import json
 from typing import Any
 
 from rljob_operator import metrics as om
-
-from rljob_trainer import metrics as m
+from rljob_trainer.telemetry import metrics as m
 
 UID = "rljob-trainer"
 TITLE = "rljob / GRPO training"
@@ -246,7 +251,7 @@ def _trainer_panels() -> list[dict[str, Any]]:
 
 
 def _throughput_panels() -> list[dict[str, Any]]:
-    """MFU, tokens per second per chip, goodput and badput (trainer/rljob_trainer/flops.py, goodput.py)."""
+    """MFU, tokens per second per chip, goodput and badput (trainer/rljob_trainer/telemetry/flops.py, goodput.py)."""
     capacity = f"max by ({BY}) ({m.CHIPS}{{{SEL}}} * {m.PEAK_FLOPS}{{{SEL}}})"
     train = 'phase="actor_train"'
     return [

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import TextIO
 
-from rljob_trainer.progress import ConsoleProgress, StepReport
+from rljob_trainer.telemetry.progress import ConsoleProgress, StepReport
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 SHOW_COMPILE_AFTER_S = 1.0

@@ -29,10 +29,13 @@ from typing import TYPE_CHECKING
 
 from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
-from rljob_trainer import models, platforms, rewards, rollout, sigterm, sources, startup
-from rljob_trainer.console import console
-from rljob_trainer.options import add_train_options
-from rljob_trainer.progress import StepCallback, StepRecorder, summary
+from rljob_trainer import rollout
+from rljob_trainer.models import families as models
+from rljob_trainer.run import platforms, sigterm, startup
+from rljob_trainer.run.options import add_train_options
+from rljob_trainer.telemetry.console import console
+from rljob_trainer.telemetry.progress import StepCallback, StepRecorder, summary
+from rljob_trainer.workload import rewards, sources
 
 if TYPE_CHECKING:  # importing the bridge imports JAX and Tunix: only when training
     from rljob_trainer import tunix_bridge
@@ -40,7 +43,7 @@ if TYPE_CHECKING:  # importing the bridge imports JAX and Tunix: only when train
 EXIT_OK = 0
 EXIT_RETRYABLE = 1
 EXIT_BAD_CONFIG = 2
-EXIT_PREEMPTED = 143  # issue 6: stopped by SIGTERM after checkpointing (rljob_trainer.checkpoint)
+EXIT_PREEMPTED = 143  # issue 6: stopped by SIGTERM after checkpointing (rljob_trainer.run.checkpoint)
 DEFAULT_CONFIG = "/etc/rljob/rljob.yaml"
 
 
@@ -106,7 +109,9 @@ def train(
 
     Raises RLJobError for config problems found while building (e.g. the engine needs another backend).
     """
-    from rljob_trainer import checkpoint, distributed, metrics_server, tunix_bridge
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.run import checkpoint, distributed
+    from rljob_trainer.telemetry import metrics_server
 
     workload = workload if workload is not None else startup.prepare(job)
 
@@ -117,7 +122,7 @@ def train(
     # MaxText's config fields, read here (not in preflight: needs MaxText); before the metrics, which
     # build MaxText's config from the overrides.
     if spec.model.backend == "maxtext":
-        from rljob_trainer import maxtext_models
+        from rljob_trainer.models.maxtext import decoders as maxtext_models
 
         override_errors = maxtext_models.check_overrides(spec.model)
         if override_errors:

@@ -45,8 +45,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from rljob_trainer import sigterm
-from rljob_trainer.progress import StepRecorder, StepReport
+from rljob_trainer.run import sigterm
+from rljob_trainer.telemetry.progress import StepRecorder, StepReport
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def _info(msg: str, *args: Any) -> None:
 
 
 def _any_process(flag: bool) -> bool:
-    from rljob_trainer import distributed
+    from rljob_trainer.run import distributed
 
     return distributed.any_process(flag)
 
@@ -102,7 +102,7 @@ class Checkpointer:
     ) -> None:
         import orbax.checkpoint as ocp
 
-        from rljob_trainer import sources
+        from rljob_trainer.workload import sources
 
         self.directory = directory
         self.batch_size = batch_size
