@@ -273,7 +273,7 @@ def _throughput_panels() -> list[dict[str, Any]]:
             (0, 40, 8, 8),
             "percentunit",
             "Model FLOPs (6N + 12LHQT per trained token, 2N + 4LHQT per rollout/log-prob token; see "
-            "trainer/rljob_trainer/flops.py) per second over chips x the generation's bf16 peak. step: all "
+            "trainer/rljob_trainer/telemetry/flops.py) per second over chips x the generation's bf16 peak. step: all "
             "of each step's wall time (the rollout decodes, so it is low); actor_train: the update phase "
             "alone. Empty off TPU (no peak).",
             min=0,
