@@ -72,7 +72,7 @@ def test_remat_changes_no_number(monkeypatch, family, dtype, vocab_chunk):
 def _train_step_temp(layers: int, remat: bool, monkeypatch) -> int:
     """Bytes of XLA's temp buffers of the packed train step, Qwen3-0.6B width, 4 x 256 tokens in a
     1,024-token row, bf16 parameters; compiled only."""
-    from rljob_trainer import models
+    from rljob_trainer.models import families as models
     from rljob_trainer.packing.learner import pick_attention_block
     from tunix.models.qwen3 import model as q3
 
