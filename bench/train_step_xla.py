@@ -4,14 +4,14 @@
 trainer runs is more: Tunix's ``PeftTrainer._train_step`` (``nnx.value_and_grad`` of the packed loss,
 ``optax.global_norm``, ``optimizer.update``) jitted by ``memory.donate_model_in_train_step`` with the
 model and the optimizer donated. This script builds a Tunix RL ``Trainer`` exactly as ``RLCluster`` does
-(its optimizer: ``tunix_bridge.optimizer`` wrapped by ``PeftTrainer`` in ``optax.MultiSteps`` when
-``gradient_accumulation_steps`` is set), abstractly (``nnx.eval_shape``: bf16 parameters as the trainer
+(its optimizer: ``tunix_bridge.optimizer``, wrapped by ``PeftTrainer`` in ``optax.MultiSteps`` only
+when ``gradient_accumulation_steps`` is set: ``--accumulation``), abstractly (``nnx.eval_shape``: bf16 parameters as the trainer
 loads a checkpoint, nothing allocated), installs the packed loss as ``PackedGRPOLearner`` does, lowers
 the trainer's own jitted step at the memory job's shapes (Qwen3-0.6B, 1 x 4 sequences of 192 + 64 in
 rows of 1,024) and prints ``memory_analysis()`` plus the optimizer state by kind.
 
     JAX_PLATFORMS=cpu PYTHONPATH=.:operator:trainer:cli .venv/bin/python bench/train_step_xla.py \
-        --layers 0,2,28 [--accumulation 1|none] [--dump /tmp/xla-step]
+        --layers 0,2,28 [--accumulation none|1] [--dump /tmp/xla-step]
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def abstract_trainer(layers: int, accumulation: int | None) -> tuple[Any, Any, A
 
     from rljob.api.spec import ModelSpec
 
-    config = dataclasses.replace(models.model_config(ModelSpec(family="qwen3", size="0.6b")), num_layers=layers)
+    config = dataclasses.replace(
+        models.model_config(ModelSpec(family="qwen3", size="0.6b")), num_layers=layers
+    )
     tx = tunix_bridge.optimizer(SimpleNamespace(grpo=SimpleNamespace(learningRate=1e-6)))
     holder: list[Any] = []
 
@@ -98,7 +100,9 @@ def analyse(a: argparse.Namespace, layers: int) -> dict[str, Any]:
     trainer, model, opt = abstract_trainer(layers, accumulation)
     packed, algo = packed_inputs(a)
     block = pick_attention_block(a.row)
-    trainer.with_loss_fn(make_packed_grpo_loss_fn(attention="blocked", block=block, vocab_chunk=256), has_aux=True)
+    trainer.with_loss_fn(
+        make_packed_grpo_loss_fn(attention="blocked", block=block, vocab_chunk=256), has_aux=True
+    )
     trainer.with_gen_model_input_fn(lambda x: {"train_example": x, "algo_config": algo})
     step, _ = trainer.jit_train_and_eval_step(cache_nnx_graph=False)
     compiled = step.func.lower(model, opt, packed).compile()
@@ -117,7 +121,9 @@ def analyse(a: argparse.Namespace, layers: int) -> dict[str, Any]:
         "alias_gib": round(m.alias_size_in_bytes / GIB, 3),
         "generated_code_gib": round(m.generated_code_size_in_bytes / GIB, 3),
         # what the step adds to the live set while it runs: temp + outputs not written into donated inputs
-        "peak_extra_gib": round((m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes) / GIB, 3),
+        "peak_extra_gib": round(
+            (m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes) / GIB, 3
+        ),
     }
 
 
@@ -133,7 +139,12 @@ def _by_dtype(tree: Any) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default="0,2,28")
-    ap.add_argument("--accumulation", default="1", help="gradient_accumulation_steps: an int or 'none'")
+    ap.add_argument(
+        "--accumulation",
+        default="none",
+        help="gradient_accumulation_steps: 'none' (the trainer when micro = mini batch: no MultiSteps) or an"
+        " int (1: what the trainer passed before issue 25, MultiSteps with its float32 accumulator)",
+    )
     ap.add_argument("--prompt", type=int, default=192)
     ap.add_argument("--total", type=int, default=256)
     ap.add_argument("--row", type=int, default=1024)
@@ -143,7 +154,9 @@ def main() -> None:
     ap.add_argument("--dump", help="XLA dump directory (HLO text and buffer assignment)")
     a = ap.parse_args()
     if a.dump:
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={a.dump} --xla_dump_hlo_as_text"
+        os.environ["XLA_FLAGS"] = (
+            f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={a.dump} --xla_dump_hlo_as_text"
+        )
     for n in a.layers.split(","):
         print(json.dumps(analyse(a, int(n))), flush=True)
 
