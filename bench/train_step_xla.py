@@ -4,9 +4,10 @@
 trainer runs is more: Tunix's ``PeftTrainer._train_step`` (``nnx.value_and_grad`` of the packed loss,
 ``optax.global_norm``, ``optimizer.update``) jitted by ``memory.donate_model_in_train_step`` with the
 model and the optimizer donated. This script builds a Tunix RL ``Trainer`` exactly as ``RLCluster`` does
-(its optimizer: ``tunix_bridge.optimizer``, wrapped by ``PeftTrainer`` in ``optax.MultiSteps`` only
-when ``gradient_accumulation_steps`` is set: ``--accumulation``), abstractly (``nnx.eval_shape``: bf16 parameters as the trainer
-loads a checkpoint, nothing allocated), installs the packed loss as ``PackedGRPOLearner`` does, lowers
+(its optimizer: ``tunix_bridge.optimizer``, wrapped by ``PeftTrainer`` in ``optax.MultiSteps`` only when
+``gradient_accumulation_steps`` is set: ``--accumulation``), abstractly (``nnx.eval_shape``: bf16
+parameters as the trainer loads a checkpoint, nothing allocated), installs the packed loss as
+``PackedGRPOLearner`` does, lowers
 the trainer's own jitted step at the memory job's shapes (Qwen3-0.6B, 1 x 4 sequences of 192 + 64 in
 rows of 1,024) and prints ``memory_analysis()`` plus the optimizer state by kind.
 
