@@ -47,7 +47,7 @@ def test_defaults_are_one_update_per_step(bridge: types.ModuleType) -> None:
     s = spec(grpo={"batchSize": 8})
     tc = bridge.training_config(s)
     assert bridge.updates_per_step(s) == 1
-    assert (tc.mini_batch_size, tc.train_micro_batch_size, tc.max_steps) == (8, 8, 100)
+    assert (tc.mini_batch_size, tc.train_micro_batch_size, tc.max_steps) == (8, None, 100)  # no MultiSteps
 
 
 def test_grpo_config(bridge: types.ModuleType) -> None:

@@ -9,6 +9,14 @@
   update writes new parameters beside the old ones (one more policy at the step's peak). Donating the
   model too lets XLA update them in place. Safe here because nothing keeps the old arrays: the vanilla
   rollout reads the actor's own variables, and the anchor copy is gone.
+* ``shard_optimizer_in_place`` (used by the above): Tunix's ``PeftTrainer._shard_optimizer`` runs
+  ``jax.lax.with_sharding_constraint`` on the whole optimizer state outside jit before the first step;
+  under a mesh that is a jitted identity per leaf, which writes a NEW copy of every leaf while the old
+  ones are still held: one more optimizer state at the first train step (4.44 GiB for Qwen3-0.6B with
+  Tunix's ``MultiSteps`` accumulator; docs/trainer.md, "Memory").
+  ``jax.device_put`` to the same shardings, one leaf at a time with the leaf donated, gives the same
+  shardings (so the step still compiles once) without the copy: zero-copy where the sharding is
+  equivalent, and at most one leaf in flight where it is not.
 
 Imports JAX, Flax and Tunix: only from ``tunix_bridge``.
 """
@@ -18,6 +26,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import jax
 from flax import nnx
 from jax.interpreters import pxla
 
@@ -47,7 +56,7 @@ def donate_model_in_train_step(trainer: Any) -> None:
         if skip_jit:
             return original(skip_jit, cache_nnx_graph)
         if trainer._jitted_train_step_fn is None:
-            trainer._shard_optimizer(pxla.thread_resources.env.physical_mesh)
+            shard_optimizer_in_place(trainer, pxla.thread_resources.env.physical_mesh)
             train = nnx.jit(trainer.create_train_step_fn(), donate_argnames=("model", "optimizer"))
             evaluate = nnx.jit(trainer.create_eval_step_fn())
             if cache_nnx_graph:
@@ -59,3 +68,20 @@ def donate_model_in_train_step(trainer: Any) -> None:
         return trainer._jitted_train_step_fn, trainer._jitted_eval_step_fn
 
     trainer.jit_train_and_eval_step = jit_train_and_eval_step
+
+
+def shard_optimizer_in_place(trainer: Any, mesh: jax.sharding.Mesh) -> None:
+    """Tunix's ``PeftTrainer._shard_optimizer`` (the optimizer state on its partition specs, so the train
+    step compiles once) without its copy of the whole state: leaf by leaf, donated."""
+    if mesh.empty:
+        return
+    state = nnx.state(trainer.optimizer, nnx.optimizer.OptState)
+    pspecs = nnx.get_partition_spec(state)
+
+    def place(leaf: Any, spec: Any) -> Any:
+        target = jax.sharding.NamedSharding(mesh, spec)
+        if not isinstance(leaf, jax.Array) or leaf.sharding == target:
+            return leaf
+        return jax.device_put(leaf, target, donate=True)
+
+    nnx.update(trainer.optimizer, jax.tree.map(place, state, pspecs))

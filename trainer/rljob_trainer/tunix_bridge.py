@@ -136,13 +136,18 @@ def training_config(
 ) -> rl_cluster_lib.RLTrainingConfig:
     g = spec.grpo
     mini = g.miniBatchSize or g.batchSize
+    micro = g.microBatchSize or mini
+    # One micro-batch per mini-batch: no train_micro_batch_size, so Tunix derives no
+    # gradient_accumulation_steps and PeftTrainer does not wrap the optimizer in optax.MultiSteps, whose
+    # float32 gradient accumulator (4 B/param, 2.2 GiB for Qwen3-0.6B) would only ever add zero. Tunix's
+    # learner uses the mini-batch size then (rl_learner: train_micro_batch_size or mini_batch_size).
     return rl_cluster_lib.RLTrainingConfig(
         data_sharding_axis=data_sharding,
         actor_optimizer=optimizer(spec),
         eval_every_n_steps=1_000_000_000,  # no eval set
         max_steps=g.maxSteps * updates_per_step(spec),
         mini_batch_size=mini,
-        train_micro_batch_size=g.microBatchSize or mini,
+        train_micro_batch_size=micro if micro < mini else None,
         max_seq_token_per_tpu=None,  # packing is the packing package's job, never Tunix's pack_sequences
         checkpoint_root_directory=None,  # issue 6: Orbax checkpoints via a StepCallback
         pbar_description=None,
