@@ -73,6 +73,7 @@ def _train_step_temp(layers: int, remat: bool, monkeypatch) -> int:
     """Bytes of XLA's temp buffers of the packed train step, Qwen3-0.6B width, 4 x 256 tokens in a
     1,024-token row, bf16 parameters; compiled only."""
     from rljob_trainer.models import families as models
+    from rljob_trainer.models import rope
     from rljob_trainer.packing.learner import pick_attention_block
     from tunix.models.qwen3 import model as q3
 
@@ -81,6 +82,10 @@ def _train_step_temp(layers: int, remat: bool, monkeypatch) -> int:
     monkeypatch.setattr(adapter, "REMAT_LAYERS", remat)
     config = models.model_config(ModelSpec(family="qwen3", size="0.6b"))
     config = dataclasses.replace(config, num_layers=layers, vocab_size=4096)
+    # Tunix's qwen3 rope is process state (models.rope.install, done by models.build_model): an earlier
+    # test's tiny model leaves its head_dim installed. Install this config's rope; monkeypatch restores.
+    monkeypatch.setattr(q3, "apply_rope", q3.apply_rope)
+    rope.install("qwen3", {"rope_theta": config.rope_theta}, config.head_dim)
     graph, state = nnx.split(nnx.eval_shape(lambda: q3.Qwen3(config, rngs=nnx.Rngs(0))))
     state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16), state)
     ex = random_train_example([192] * 4, [64] * 4, max_prompt=192, max_completion=64, seed=0)
