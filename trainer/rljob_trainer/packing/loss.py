@@ -66,19 +66,18 @@ def packed_per_token_logps(
     ``head_at`` (``head_at_completions``): by default the head sees the completion columns only.
     """
     flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
-    if head_at_completions(model, attention, head_at):
-        hidden = packed_hidden(
-            model,
-            ex.tokens,
-            ex.positions,
-            ex.segment_ids,
-            ex.pairs if attention == "blocked" else None,
-            block=block,
-            kv=ex.kv_segment_ids,
+
+    def final_hidden() -> jax.Array:
+        """``[R, L, D]`` final-norm hidden states of the rows (the forward without the head)."""
+        pairs = ex.pairs if attention == "blocked" else None
+        return packed_hidden(
+            model, ex.tokens, ex.positions, ex.segment_ids, pairs, block=block, kv=ex.kv_segment_ids
         )
+
+    if head_at_completions(model, attention, head_at):
         return completion_head_logps(
             model,
-            hidden,
+            final_hidden(),
             ex.tokens,
             ex.completion_index,
             temperature=temperature,
@@ -89,15 +88,7 @@ def packed_per_token_logps(
     if vocab_chunk:
         if attention not in ("blocked", "dense"):
             raise ValueError(f"a chunked vocabulary head needs blocked or dense attention, not {attention!r}")
-        hidden = packed_hidden(
-            model,
-            ex.tokens,
-            ex.positions,
-            ex.segment_ids,
-            ex.pairs if attention == "blocked" else None,
-            block=block,
-            kv=ex.kv_segment_ids,
-        )[:, :-1]
+        hidden = final_hidden()[:, :-1]
         token_logp, token_entropy = chunked_token_logps(
             hidden,
             ex.tokens[:, 1:],
