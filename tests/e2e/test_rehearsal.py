@@ -19,9 +19,12 @@ the progress columns, the scrape and the phases.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -266,20 +269,44 @@ def test_train_scrape_resume_stall_succeed(
         assert labels["jobset"] == name and labels["pod"] == pod["metadata"]["name"], labels
 
         # Delete the pod mid-run after a checkpoint: SIGTERM -> checkpoint -> the JobSet restarts it.
+        # The old pod's log is followed through its stop: the step its SIGTERM save wrote is in the
+        # trainer's own words (steps take ~0.1 s, so the last scrape before the exit may be a step behind).
         wait_for(lambda: float(prom.query(sel)[0]["value"][1]) >= 6, timeout=300, message="step 6")
-        kubectl("delete", "pod", "-n", ns, pod["metadata"]["name"], "--wait=false")
-        say("deleted", pod["metadata"]["name"])
-        new = wait_for(lambda: running_trainer(name, ns, "1"), timeout=240, message="restarted pod Running")
-        say("restarted pod", new["metadata"]["name"])
+        old_log = tmp_path / "attempt0.log"
+        with old_log.open("w") as out:
+            follow = subprocess.Popen(
+                ["kubectl", "logs", "-f", "-n", ns, pod["metadata"]["name"]],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_for(lambda: old_log.stat().st_size > 0, timeout=30, message="attempt 0's log followed")
+            kubectl("delete", "pod", "-n", ns, pod["metadata"]["name"], "--wait=false")
+            say("deleted", pod["metadata"]["name"])
+            new = wait_for(
+                lambda: running_trainer(name, ns, "1"), timeout=240, message="restarted pod Running"
+            )
+            say("restarted pod", new["metadata"]["name"])
+            with contextlib.suppress(subprocess.TimeoutExpired):  # the stream ends with the container
+                follow.wait(timeout=60)
+        finally:
+            follow.kill()
+        stops = re.findall(r"SIGTERM: stopping after step (\d+) \(checkpoint saved\)", old_log.read_text())
+        assert len(stops) == 1, "attempt 0 should stop once on SIGTERM:\n" + old_log.read_text()[-2000:]
+        saved = float(stops[0])
         old_last = prom.wait_for(
             lambda: prom.query(f'max_over_time({sel[:-1]},restart_attempt="0"}}[10m])'),
             60,
             "attempt 0's steps",
         )
+        scraped = float(old_last[0]["value"][1])
+        assert scraped <= saved, f"attempt 0 was scraped at step {scraped:.0f} but saved step {saved:.0f}"
         resumed_sel = f'rljob_trainer_resumed_step{{namespace="{ns}",rljob="{name}",restart_attempt="1"}} > 0'
         new_first = prom.wait_for(lambda: prom.query(resumed_sel), 240, "attempt 1 resumed from a checkpoint")
-        saved, resumed = float(old_last[0]["value"][1]), float(new_first[0]["value"][1])
-        say(f"attempt 0 reached step {saved:.0f}; attempt 1 resumed from step {resumed:.0f}")
+        resumed = float(new_first[0]["value"][1])
+        say(
+            f"attempt 0 scraped at step {scraped:.0f}, stopped after step {saved:.0f}; attempt 1 resumed from {resumed:.0f}"
+        )
         assert resumed == saved, "a step was skipped or repeated across the restart"
         wait_for(lambda: (get("rljob", name, ns) or {}).get("status", {}).get("restarts") == 1, timeout=60)
 
