@@ -35,7 +35,7 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class PromptData:
-    """The framed, shuffled, capped examples and the batch size: everything ``batch_at`` needs."""
+    """The framed, shuffled, capped examples and the batch size: everything ``batch_from`` needs."""
 
     prompts: list[str]
     columns: dict[str, list[Any]]  # other scalar columns, same order as prompts
