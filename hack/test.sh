@@ -12,12 +12,32 @@ echo "== lint"
 ruff check .
 ruff format --check .
 
+# tests/e2e/test_rehearsal.py runs the operator and trainer images on the cluster's real node. The images
+# (hack/image.sh: the Docker daemon, stand-in bases, the three targets; cached by content) build in the
+# background while the cluster's Go binaries compile: cold, one waits on downloads while the other uses the
+# CPUs (docs/cluster.md, "Time"); warm, both are no-ops.
+images_log=$(mktemp /tmp/rljob-images.XXXXXX.log)
+hack/image.sh >"${images_log}" 2>&1 &
+images_pid=$!
+# The MaxText backend's venv (a full run only, see the end): also in the background from the start.
+maxtext_log=$(mktemp /tmp/rljob-venv-maxtext.XXXXXX.log)
+maxtext_pid=
+if [ $# -eq 0 ]; then
+  hack/venv-maxtext.sh >"${maxtext_log}" 2>&1 &
+  maxtext_pid=$!
+fi
+trap 'kill ${images_pid} ${maxtext_pid} 2>/dev/null || true' EXIT
+
 echo "== simulated cluster binaries"
 hack/cluster/build.sh
 
-echo "== images (hack/image.sh: the Docker daemon, stand-in bases, the three targets; cached by content)"
-# tests/e2e/test_rehearsal.py runs the operator and trainer images on the cluster's real node.
-hack/image.sh
+echo "== images (built in the background since the start; log: ${images_log})"
+if ! wait "${images_pid}"; then
+  cat "${images_log}"
+  echo "hack/image.sh failed" >&2
+  exit 1
+fi
+cat "${images_log}"
 export RLJOB_REQUIRE_IMAGES=1  # tests/images: a missing image fails, it does not skip
 
 echo "== pytest"
@@ -28,7 +48,12 @@ pytest "$@"
 # .venv (cold 1.5-2 min on the shared 2-core machine, then a no-op; the tests add 10-25 min by load: figures
 # in docs/maxtext.md). Only on a full run: pytest arguments select Tunix-env tests.
 if [ $# -eq 0 ]; then
-  echo "== MaxText backend (.venv-maxtext, Python 3.12)"
-  hack/venv-maxtext.sh
+  echo "== MaxText backend (.venv-maxtext, Python 3.12; its venv made in the background since the start)"
+  if ! wait "${maxtext_pid}"; then
+    cat "${maxtext_log}"
+    echo "hack/venv-maxtext.sh failed" >&2
+    exit 1
+  fi
+  cat "${maxtext_log}"
   .venv-maxtext/bin/pytest tests/maxtext_backend
 fi
