@@ -29,12 +29,24 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 MAX_P, MAX_C = 8, 24
 PROMPTS = [8, 3, 5, 1]
 COMPLETIONS = [24, 9, 2, 17]
-FAMILIES = [("qwen3", {}), ("qwen2", {"use_tied_embedding": False}), ("llama3", {"weight_tying": False})]
+# family, model overrides, a pad run inside one completion. Not for qwen2: Tunix's own qwen2 attention
+# also masks by the non-pad "segment ids" compute_per_token_logps passes, so a pad column's query meets no
+# key and attends uniformly over the whole row, future included; the token after the pad run is predicted
+# from that state (qwen3/llama3 and this learner attend the real past). The trainer never samples such a
+# pad (the pad id is one of the rollout's EOS ids: tunix_bridge.rollout_config).
+FAMILIES = [
+    ("qwen3", {}, True),
+    ("qwen2", {"use_tied_embedding": False}, False),
+    ("llama3", {"weight_tying": False}, True),
+]
 
 
-def example():
-    """Tunix's unpacked mini-batch with a pad inside one completion (vLLM stops only on EOS)."""
+def example(pads_inside: bool = True):
+    """Tunix's unpacked mini-batch, optionally with a pad run inside one completion (as a sampler that
+    stops only on EOS can emit)."""
     ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=4)
+    if not pads_inside:
+        return ex
     c = np.asarray(ex.completion_ids).copy()
     c[0, [3, 4]] = PAD_ID
     return ex.replace(completion_ids=jnp.asarray(c), completion_mask=jnp.asarray(c != PAD_ID))
@@ -81,16 +93,15 @@ def differences(cluster, cfg, tunix, ours, ex):
     return out
 
 
-@pytest.mark.parametrize(("family", "overrides"), FAMILIES)
+@pytest.mark.parametrize(("family", "overrides", "pads_inside"), FAMILIES)
 @pytest.mark.parametrize("vocab_chunk", [0, 37])
-def test_passes_equal_tunix_grpo_learner(family, overrides, vocab_chunk):
+def test_passes_equal_tunix_grpo_learner(family, overrides, pads_inside, vocab_chunk):
     """Reference (temperature 0.9), old policy (1.0, as Tunix's vanilla rollout) and train loss with
     gradients: the unpacked learner's == plain GRPOLearner's within 1e-5, whole and chunked head."""
     cluster, learner, tunix, ours = learners(family, overrides, vocab_chunk)
     assert learner.vocab_chunk == vocab_chunk
     assert all(o is not t for o, t in zip(ours, tunix, strict=True))  # every pass is the learner's own
-    ex = example()
-    diff = differences(cluster, learner.algo_config, tunix, ours, ex)
+    diff = differences(cluster, learner.algo_config, tunix, ours, example(pads_inside))
     assert diff["grad_scale"] > 1e-4, diff  # gradients are not trivially zero
     for key in ("ref", "old", "loss", "aux", "grad"):
         assert diff[key] < 1e-5, (key, diff)
