@@ -231,29 +231,24 @@ def learner_class(
 
 
 def unpacked_learner(spec: RLJobSpec) -> tuple[type, dict[str, Any]]:
-    """Packing off: the packing package's unpacked learner (Tunix's layout and loop, the vocabulary head
-    at completion columns only in the reference, old-policy and train passes) for Tunix qwen3 / qwen2 /
-    llama3; Tunix's own ``GRPOLearner`` for other families, MaxText, or a build without the package.
-    Both make the same updates; the first skips the head over prompt columns. Logged either way."""
-    if spec.model.backend == "tunix":
-        try:
-            from rljob_trainer.packing import unpacked
+    """Packing off: the packing package's unpacked learner (Tunix's rows and loop, the vocabulary head at
+    completion columns only in every actor-side pass; same updates) for Tunix qwen3 / qwen2 / llama3,
+    else (other families, MaxText, a build without the package) Tunix's ``GRPOLearner``. Both logged."""
+    try:
+        from rljob_trainer import packing
 
-            if unpacked.supports(spec.model.family):
-                return unpacked.UnpackedGRPOLearner, {}
-        except (ImportError, AttributeError):
-            pass
-    log.info(
-        "unpacked: Tunix's GRPOLearner, vocabulary head over every column (%s %s has no completion-only head)",
-        spec.model.backend,
-        spec.model.family,
-    )
+        unpacked = packing.UnpackedGRPOLearner
+    except (ImportError, AttributeError):
+        unpacked = None
+    if unpacked is not None and spec.model.backend == "tunix" and spec.model.family in unpacked.FAMILIES:
+        return unpacked, {}
+    log.info("unpacked: Tunix's GRPOLearner, the head over every column (%s)", models.label(spec.model))
     return grpo_learner.GRPOLearner, {}
 
 
 def is_packed(learner: type) -> bool:
-    """Whether a learner class trains on packed rows (its tokens are then counted from the rows): the
-    packed learner does; Tunix's and the unpacked one (``UNPACKED``: Tunix's ``[B, P + Tc]`` rows) do not."""
+    """Whether a learner trains on packed rows (tokens counted from the rows): not Tunix's, nor the
+    unpacked one (``UNPACKED``: Tunix's ``[B, P + Tc]`` rows)."""
     return learner is not grpo_learner.GRPOLearner and not getattr(learner, "UNPACKED", False)
 
 

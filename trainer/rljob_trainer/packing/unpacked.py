@@ -43,11 +43,6 @@ log = logging.getLogger(__name__)
 ATTENTION = "dense"  # Tunix's unpacked attention: a [B, L, L] causal mask over non-pad keys
 
 
-def supports(family: str) -> bool:
-    """Whether the unpacked learner serves a model family (its forward stops at the final norm)."""
-    return family in BLOCKED_FAMILIES
-
-
 def make_unpacked_grpo_loss_fn(
     pad_id: int, vocab_chunk: int = 0
 ) -> Callable[[Any, Any, Any], tuple[jax.Array, dict[str, jax.Array]]]:
@@ -87,6 +82,7 @@ class UnpackedGRPOLearner(GRPOLearner):
     """
 
     UNPACKED: ClassVar[bool] = True  # tunix_bridge.is_packed: tokens counted as Tunix's [B, P + Tc] slots
+    FAMILIES: ClassVar[tuple[str, ...]] = BLOCKED_FAMILIES  # forwards that stop at the final norm
 
     def __init__(
         self,
@@ -108,7 +104,7 @@ class UnpackedGRPOLearner(GRPOLearner):
             )
         model = rl_cluster.actor_trainer.model
         family = family_of(model)
-        if not supports(family):
+        if family not in self.FAMILIES:
             raise ValueError(
                 f"the head at completion columns needs a family in {BLOCKED_FAMILIES}, not {family!r}"
             )
