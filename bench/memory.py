@@ -173,6 +173,10 @@ def child(a: argparse.Namespace) -> None:
     if a.no_packing:
         ns = argparse.Namespace(max_steps=None, seed=None, no_packing=True, metrics_port=None, workdir=None)
         job = trainer_main.apply_overrides(job, ns, a.child_config)
+        from tunix.rl.grpo.grpo_learner import GRPOLearner
+
+        # The tunix arm is Tunix's own learner; packing off would otherwise take UnpackedGRPOLearner.
+        tunix_bridge.unpacked_learner = lambda spec: (GRPOLearner, {})
     if a.layers != 28:  # a cheaper probe at full width: Tunix's named config with fewer layers
         original = models.model_config
         models.model_config = lambda m: dataclasses.replace(original(m), num_layers=a.layers)

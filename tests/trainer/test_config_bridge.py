@@ -63,10 +63,21 @@ def test_mesh_is_plain_and_covers_all_devices(bridge: types.ModuleType) -> None:
     assert mesh.devices.size == len(jax.devices())
 
 
-def test_unpacked_spec_uses_tunix_grpo(bridge: types.ModuleType) -> None:
+def test_unpacked_spec_uses_the_unpacked_learner_where_it_has_a_head_path(bridge: types.ModuleType) -> None:
+    """Packing off: qwen3/qwen2/llama3 on Tunix take the unpacked learner (head at completion columns);
+    gemma3 keeps Tunix's GRPOLearner. Neither counts tokens as packed."""
+    from rljob_trainer.packing.unpacked import UnpackedGRPOLearner
     from tunix.rl.grpo import grpo_learner
 
-    assert bridge.learner_class(spec()) == (grpo_learner.GRPOLearner, {})
+    for family in ("qwen3", "qwen2", "llama3"):
+        s = spec(model={"family": family, "size": "tiny"})
+        assert bridge.learner_class(s) == (UnpackedGRPOLearner, {}), family
+    gemma = spec(model={"family": "gemma3", "size": "tiny"})
+    assert bridge.learner_class(gemma) == (grpo_learner.GRPOLearner, {})
+    assert not bridge.is_packed(UnpackedGRPOLearner) and not bridge.is_packed(grpo_learner.GRPOLearner)
+    from rljob_trainer.packing import PackedGRPOLearner
+
+    assert bridge.is_packed(PackedGRPOLearner)
 
 
 def test_packed_spec_uses_the_packing_learner(

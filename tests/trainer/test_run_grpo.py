@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from flax import nnx
 from rljob_trainer import tunix_bridge
+from rljob_trainer.packing.unpacked import UnpackedGRPOLearner
 from rljob_trainer.run import main as trainer_main
+from tunix.rl.grpo.grpo_learner import GRPOLearner
 
 from rljob.api import parse_rljob
 from rljob.api.spec import RLJob
@@ -39,6 +41,7 @@ def job(packing: int = 0, **grpo: Any) -> RLJob:
 
 def test_reward_rises_on_the_synthetic_task() -> None:
     run = trainer_main.train(job())
+    assert isinstance(run.learner, UnpackedGRPOLearner)  # packing off: the head at completion columns
     reports = run.recorder.reports
     rewards = [r.reward_mean for r in reports]
     assert [r.step for r in reports] == list(range(1, 21))
@@ -74,3 +77,28 @@ def test_packed_and_unpacked_runs_agree() -> None:
     assert pu.keys() == pp.keys()
     for name in pu:
         np.testing.assert_allclose(pp[name], pu[name], atol=1e-4, err_msg=name)
+
+
+def test_unpacked_learner_trains_as_tunix_grpo_learner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packing off, through the trainer entry: the unpacked learner (head at completion columns in the
+    reference, old-policy and train passes) is taken, and its run equals one through Tunix's own
+    GRPOLearner: same samples and rewards, same token counts (not packed), ~same weights."""
+    small = {"maxSteps": 3, "batchSize": 2, "beta": 0.04, "numIterations": 2}  # all three passes run
+    ours = trainer_main.train(job(**small))
+    monkeypatch.setattr(tunix_bridge, "unpacked_learner", lambda spec: (GRPOLearner, {}))
+    tunix = trainer_main.train(job(**small))
+    assert isinstance(ours.learner, UnpackedGRPOLearner) and not isinstance(
+        tunix.learner, UnpackedGRPOLearner
+    )
+    assert not ours.recorder.packed and not tunix.recorder.packed
+    assert [r.step for r in ours.recorder.reports] == [1, 2, 3]
+    for u, t in zip(ours.recorder.reports, tunix.recorder.reports, strict=True):
+        assert u.rollout_seeds == t.rollout_seeds
+        np.testing.assert_allclose(u.rewards, t.rewards, atol=1e-6)
+        assert (u.real_tokens, u.slot_tokens) == (t.real_tokens, t.slot_tokens)
+        assert u.slot_tokens == 2 * 4 * 48  # Tunix's [B, P + Tc] slots: the prompt columns still run
+        assert {"reference", "old_logps", "train"} <= set(u.phase_seconds)
+    po, pt = _final_params(ours), _final_params(tunix)
+    assert po.keys() == pt.keys()
+    for name in po:
+        np.testing.assert_allclose(po[name], pt[name], atol=1e-4, err_msg=name)

@@ -12,6 +12,9 @@ Mapping (see docs/trainer.md for the table):
   spec.packing.maxSeqTokenPerTpu > 0  -> the packing package's learner (``learner_class``); never Tunix's
                                          own ``max_seq_token_per_tpu`` (next-fit, drops long sequences,
                                          one optimizer update per row: see shared/reference/packing.md)
+  spec.packing.maxSeqTokenPerTpu == 0 -> Tunix qwen3/qwen2/llama3: the packing package's unpacked learner
+                                         (Tunix's rows, the vocabulary head at completion columns only);
+                                         otherwise Tunix's own GRPOLearner
 
 Tunix's learner loop is kept; a thin mixin around it seeds each rollout from (seed, step), times the
 phases and reports each step to the callbacks in ``progress.StepRecorder``.
@@ -194,7 +197,8 @@ def grpo_config(spec: RLJobSpec) -> grpo_learner.GRPOConfig:
 def learner_class(
     spec: RLJobSpec, data_parallel: int = 1, backend: str = "cpu"
 ) -> tuple[type, dict[str, Any]]:
-    """THE place that picks the learner: plain Tunix GRPO, or the packing package's packed learner.
+    """THE place that picks the learner: the packing package's packed learner (packing on), its unpacked
+    learner (packing off, ``unpacked_learner``) or plain Tunix GRPO.
 
     Returns the class and the extra constructor kwargs it needs (rows per micro-batch are rounded to a
     multiple of the data-parallel width so they shard evenly). On a TPU backend packed qwen3/qwen2 run
@@ -223,7 +227,29 @@ def learner_class(
             "rljob_trainer.packing is not available in this build: training unpacked "
             "(same updates, no packing speed-up)"
         )
+    return unpacked_learner(spec)
+
+
+def unpacked_learner(spec: RLJobSpec) -> tuple[type, dict[str, Any]]:
+    """Packing off: the packing package's unpacked learner (Tunix's rows and loop, the vocabulary head at
+    completion columns only in every actor-side pass; same updates) for Tunix qwen3 / qwen2 / llama3,
+    else (other families, MaxText, a build without the package) Tunix's ``GRPOLearner``. Both logged."""
+    try:
+        from rljob_trainer import packing
+
+        unpacked = packing.UnpackedGRPOLearner
+    except (ImportError, AttributeError):
+        unpacked = None
+    if unpacked is not None and spec.model.backend == "tunix" and spec.model.family in unpacked.FAMILIES:
+        return unpacked, {}
+    log.info("unpacked: Tunix's GRPOLearner, the head over every column (%s)", models.label(spec.model))
     return grpo_learner.GRPOLearner, {}
+
+
+def is_packed(learner: type) -> bool:
+    """Whether a learner trains on packed rows (tokens counted from the rows): not Tunix's, nor the
+    unpacked one (``UNPACKED``: Tunix's ``[B, P + Tc]`` rows)."""
+    return learner is not grpo_learner.GRPOLearner and not getattr(learner, "UNPACKED", False)
 
 
 class _Instrumented:
@@ -371,7 +397,7 @@ def build(
     memory.donate_model_in_train_step(cluster.actor_trainer)
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
-    recorder.packed = base is not grpo_learner.GRPOLearner
+    recorder.packed = is_packed(base)
     learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})
     learner = learner_cls(rl_cluster=cluster, algo_config=grpo_config(spec), reward_fns=reward_fns, **extra)
     learner._setup_instrumentation(recorder, spec.grpo.seed, start_step)

@@ -18,6 +18,9 @@ The trainer's interface is one class::
     learner.packing_stats.utilization    # real tokens / used row slots so far (also buffered as
                                          # metrics "packing/row_utilization", "packing/rows")
 
+With packing off the trainer takes ``UnpackedGRPOLearner`` (``unpacked``: same constructor as Tunix's
+``GRPOLearner``; Tunix's rows, the head at completion columns only) for the families in its ``FAMILIES``.
+
 A row shorter than a sequence raises ``RowTooShortError`` (a ``ValueError`` naming
 ``spec.packing.maxSeqTokenPerTpu``) at construction, and again if a rollout ever produced one.
 
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PackedGRPOLearner", "PackingStats", "RowTooShortError", "check_row_length"]
+__all__ = ["PackedGRPOLearner", "PackingStats", "RowTooShortError", "UnpackedGRPOLearner", "check_row_length"]
 
 
 def __getattr__(name: str) -> Any:
@@ -40,6 +43,10 @@ def __getattr__(name: str) -> Any:
         from rljob_trainer.packing import learner
 
         return getattr(learner, name)
+    if name == "UnpackedGRPOLearner":  # packing off: Tunix's rows, the head at completion columns only
+        from rljob_trainer.packing import unpacked
+
+        return unpacked.UnpackedGRPOLearner
     if name == "RowTooShortError":
         from rljob_trainer.packing.rows import RowTooShortError
 
