@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rljob_trainer.packing import maxtext_head
 from rljob_trainer.packing.attention import blocked_attention, dense_attention, segment_causal_mask
 from rljob_trainer.packing.head import tied_head
 from rljob_trainer.packing.remat import checkpoint_layer
@@ -165,9 +166,13 @@ def packed_hidden(
     """Final-norm hidden states ``[R, L, D]`` (the head's input) of the blocked forward (qwen3/qwen2/llama3).
 
     ``pairs`` None: dense segment-causal attention over the full ``[L, L]`` (what Tunix's own non-flash
-    attention computes), for comparing kernels with the same head.
+    attention computes), for comparing kernels with the same head. A MaxText model: its own decoder on
+    the ``segments`` path (``maxtext_head.final_hidden``; ``kv`` as ids for queries and keys, as
+    ``packed_logits`` passes them).
     """
     family = family_of(model)
+    if family in SEGMENT_FAMILIES:
+        return maxtext_head.final_hidden(model, tokens, positions, segment_ids if kv is None else kv)
     if family not in BLOCKED_FAMILIES:
         raise ValueError(f"no hidden-state forward for model family {family!r}")
 

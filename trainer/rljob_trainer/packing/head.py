@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from rljob_trainer.packing import maxtext_head
 from rljob_trainer.packing.head_loop import counted_token_logps
 
 # The trainer's automatic choice (``auto_vocab_chunk``): chunk the head when the vocabulary is large
@@ -45,6 +46,8 @@ def auto_vocab_chunk(family: str, vocab_size: int, attention: str) -> int:
 
 def apply_head(model: Any, x: jax.Array) -> jax.Array:
     """The model's output head (tied embedding or ``lm_head``) on ``[..., D]``, as its ``__call__`` does."""
+    if maxtext_head.is_maxtext(model):
+        return maxtext_head.apply_head(model, x)
     return model.embedder.decode(x) if tied_head(model) else model.lm_head(x)
 
 
@@ -56,9 +59,18 @@ def tied_head(model: Any) -> bool:
 
 def head_weight(model: Any) -> jax.Array:
     """The ``[V, D]`` matrix the model's output head multiplies hidden states by (tied or not)."""
+    if maxtext_head.is_maxtext(model):
+        return maxtext_head.head_weight(model)
     if tied_head(model):
         return model.embedder.input_embedding.value
     return model.lm_head.w.value.T  # Einsum "BTD,DV->BTV": w is [D, V]
+
+
+def head_dtype(model: Any) -> Any:
+    """The dtype the model's head multiplies in (its compute dtype; MaxText: ``maxtext_head.head_dtype``)."""
+    if maxtext_head.is_maxtext(model):
+        return maxtext_head.head_dtype(model)
+    return getattr(model.config, "dtype", None)
 
 
 def chunked_token_logps(
@@ -159,7 +171,7 @@ def completion_head_logps(
             temperature=temperature,
             chunk=chunk,
             entropy=entropy,
-            dtype=getattr(model.config, "dtype", None),
+            dtype=head_dtype(model),
             count=count,
         )
     else:

@@ -19,7 +19,14 @@ import jax.numpy as jnp
 from tunix.rl import common
 from tunix.rl.algo_core import masked_mean
 
-from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, packed_hidden, packed_logits
+from rljob_trainer.packing import maxtext_head
+from rljob_trainer.packing.adapter import (
+    BLOCKED_FAMILIES,
+    SEGMENT_FAMILIES,
+    family_of,
+    packed_hidden,
+    packed_logits,
+)
 from rljob_trainer.packing.example import PackedTrainExample
 from rljob_trainer.packing.head import chunked_token_logps, completion_head_logps, head_weight
 
@@ -30,17 +37,21 @@ def head_at_completions(model: Any, attention: str, head_at: str = "auto") -> bo
     """Whether the head runs at completion columns only (``head.completion_head_logps``).
 
     ``auto``: yes wherever the forward stops at the final norm (blocked/dense attention on
-    qwen3/qwen2/llama3); splash, MaxText's segments and gemma3 run the model's own call, head included.
+    qwen3/qwen2/llama3; MaxText's segments unless ``maxtext_head.refusal`` names a config it cannot
+    match); splash and gemma3 run the model's own call, head included.
     ``completions`` where that is impossible raises; ``rows``: the whole-row head (for comparisons).
     """
     if head_at not in HEAD_AT:
         raise ValueError(f"head_at must be one of {HEAD_AT}, not {head_at!r}")
-    possible = attention in ("blocked", "dense") and family_of(model) in BLOCKED_FAMILIES
+    family = family_of(model)
+    if attention == "segments" and family in SEGMENT_FAMILIES:
+        why = maxtext_head.refusal(model)
+        possible = why is None
+    else:
+        possible = attention in ("blocked", "dense") and family in BLOCKED_FAMILIES
+        why = f"needs blocked/dense attention on {BLOCKED_FAMILIES} or MaxText's segments"
     if head_at == "completions" and not possible:
-        raise ValueError(
-            f"the head at completions only needs blocked/dense attention on {BLOCKED_FAMILIES}, "
-            f"not {attention!r} on {family_of(model)!r}"
-        )
+        raise ValueError(f"the head at completions only: {why}, not {attention!r} on {family!r}")
     return possible and head_at != "rows"
 
 
