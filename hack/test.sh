@@ -42,7 +42,26 @@ export RLJOB_REQUIRE_IMAGES=1  # tests/images: a missing image fails, it does no
 
 echo "== pytest"
 # The e2e fixture starts the cluster (or attaches to a running one) and stops what it started.
-pytest "$@"
+if [ $# -gt 0 ]; then
+  pytest "$@"
+else
+  # Two pytest processes: the cluster tiers (tests/e2e, tests/images: mostly waiting on controllers, the
+  # kubelet and containers) in the background beside the CPU-bound rest; their output follows the rest's.
+  cluster_log=$(mktemp /tmp/rljob-pytest-cluster.XXXXXX.log)
+  pytest -p no:cacheprovider --durations=15 tests/e2e tests/images >"${cluster_log}" 2>&1 &
+  cluster_pid=$!
+  trap 'kill ${images_pid} ${maxtext_pid} ${cluster_pid} 2>/dev/null || true' EXIT
+  rest_rc=0
+  pytest --durations=25 --ignore=tests/e2e --ignore=tests/images || rest_rc=$?
+  cluster_rc=0
+  wait "${cluster_pid}" || cluster_rc=$?
+  echo "== pytest tests/e2e tests/images (ran beside the rest; exit ${cluster_rc})"
+  cat "${cluster_log}"
+  if [ "${rest_rc}" -ne 0 ] || [ "${cluster_rc}" -ne 0 ]; then
+    echo "pytest failed: rest exit ${rest_rc}, cluster tiers exit ${cluster_rc}" >&2
+    exit 1
+  fi
+fi
 
 # The MaxText backend's tests need Python 3.12 and MaxText (docs/maxtext.md): their own venv, cached like
 # .venv (cold 1.5-2 min on the shared 2-core machine, then a no-op; the tests add 10-25 min by load: figures
