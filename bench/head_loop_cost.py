@@ -2,12 +2,14 @@
 
 Why: inside the 2-layer wide train step the counted head (completion columns only) was ~1.8x the
 ``lax.map`` head per computed chunk (docs/packing.md, "Real shape"). This times the heads alone:
-``jit(value_and_grad)`` (w.r.t. hidden states and the ``[V, D]`` weight) of ``sum(a * logp + b * ent)``
-for (a) ``head.chunked_token_logps`` without a count (``lax.map`` + ``jax.checkpoint``), (b) with
-``count`` = every row (``head_loop.counted_token_logps``, all chunks computed) and (c) ``count`` = half
-the rows (half the chunks skipped). Per arm: median and min wall seconds of ``--reps`` warm calls,
-process CPU seconds over them, and the compiled gradient's temporary bytes (``memory_analysis``: the
-counted head must keep ONE ``[V, D]`` weight-gradient buffer). JSON on stdout.
+``jit(value_and_grad)`` (w.r.t. hidden states and the ``[V, D]`` weight; ``count`` a traced argument,
+as in training) of ``sum(a * logp)`` with the entropies returned beside it (``--entropy aux``: GRPO's
+train step; ``grad``: ``+ sum(b * ent)``) for (a) ``head.chunked_token_logps`` without a count
+(``lax.map`` + ``jax.checkpoint``), (b) ``count`` = every row (``head_loop.counted_token_logps``, all
+chunks computed) and (c) ``count`` = half the rows (half the chunks skipped). Per arm, the arms taking
+turns: median and min wall seconds of ``--reps`` warm calls, median process CPU seconds (the steadier
+figure on a loaded machine), and the compiled gradient's temporary MiB (``memory_analysis``: the counted
+head must keep ONE ``[V, D]`` weight-gradient buffer). JSON on stdout.
 
     JAX_PLATFORMS=cpu PYTHONPATH=trainer .venv/bin/python bench/head_loop_cost.py --dtype float32
 """
@@ -22,18 +24,29 @@ import time
 from typing import Any
 
 
-def _time(fn: Any, args: tuple, reps: int) -> dict[str, float]:
+def _time(calls: dict[str, tuple[Any, tuple]], reps: int) -> dict[str, dict[str, float]]:
+    """Per arm: wall (median, min) and process CPU seconds (median) of ``reps`` warm calls; the arms
+    take turns call by call, so a change in the machine's load falls on all of them alike."""
     import jax
 
-    jax.block_until_ready(fn(*args))  # compile + warm
-    walls = []
-    cpu0 = time.process_time()
+    walls: dict[str, list[float]] = {k: [] for k in calls}
+    cpus: dict[str, list[float]] = {k: [] for k in calls}
+    for fn, args in calls.values():
+        jax.block_until_ready(fn(*args))  # warm
     for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        walls.append(time.perf_counter() - t0)
-    cpu = time.process_time() - cpu0
-    return {"median_s": statistics.median(walls), "min_s": min(walls), "cpu_s_per_call": cpu / reps}
+        for name, (fn, args) in calls.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            jax.block_until_ready(fn(*args))
+            walls[name].append(time.perf_counter() - t0)
+            cpus[name].append(time.process_time() - c0)
+    return {
+        k: {
+            "median_s": statistics.median(walls[k]),
+            "min_s": min(walls[k]),
+            "cpu_s": statistics.median(cpus[k]),
+        }
+        for k in calls
+    }
 
 
 def main() -> None:
@@ -73,21 +86,20 @@ def main() -> None:
         loss = jnp.sum(a * logp)
         return (loss + jnp.sum(b * e), None) if args.entropy == "grad" else (loss, e)
 
-    grad = jax.jit(
-        jax.value_and_grad(f, argnums=(0, 1), has_aux=True)
-    )  # count is a traced argument, as in training
-    arms: dict[str, Any] = {}
+    grad = jax.jit(jax.value_and_grad(f, argnums=(0, 1), has_aux=True))  # count traced, as in training
+    calls, arms = {}, {}
     for name, count in (("map", None), ("loop_all", n), ("loop_half", n // 2)):
-        call = (x, w, None if count is None else jnp.int32(count))
-        mem = grad.lower(*call).compile().memory_analysis()
-        arms[name] = {
-            "count": count,
-            "temp_mib": round(mem.temp_size_in_bytes / 2**20, 1) if mem is not None else None,
-            **{k: round(v, 4) for k, v in _time(grad, call, args.reps).items()},
-        }
-    base = arms["map"]["median_s"]
+        args_ = (x, w, None if count is None else jnp.int32(count))
+        compiled = grad.lower(*args_).compile()
+        mem = compiled.memory_analysis()
+        calls[name] = (compiled, args_)
+        arms[name] = {"count": count, "temp_mib": round(mem.temp_size_in_bytes / 2**20, 1)}
+    load_before = list(os.getloadavg())
+    for name, timing in _time(calls, args.reps).items():
+        arms[name].update({k: round(v, 3) for k, v in timing.items()})
     for arm in arms.values():
-        arm["vs_map"] = round(arm["median_s"] / base, 3)
+        arm["wall_vs_map"] = round(arm["median_s"] / arms["map"]["median_s"], 3)
+        arm["cpu_vs_map"] = round(arm["cpu_s"] / arms["map"]["cpu_s"], 3)
     print(
         json.dumps(
             {
@@ -98,6 +110,7 @@ def main() -> None:
                 "temperature": args.temperature,
                 "reps": args.reps,
                 "jax": jax.__version__,
+                "load_before": load_before,
                 "load_after": list(os.getloadavg()),
                 "arms": arms,
             },
