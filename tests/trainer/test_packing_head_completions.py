@@ -84,9 +84,12 @@ def test_chunked_head_skips_chunks_past_the_count():
     assert not np.asarray(got[12:]).any() and not np.asarray(ent[12:]).any()  # chunks 3-4 skipped
 
 
-def test_counted_head_gradients_equal_autodiff():
+@pytest.mark.parametrize("terms", ["logp+entropy", "logp", "entropy"])
+def test_counted_head_gradients_equal_autodiff(terms):
     """``head_loop``'s hand-written backward (log-prob and entropy terms, temperature) == autodiff of the
-    ``lax.map`` head, on the rows below ``count``; rows past it get no gradient."""
+    ``lax.map`` head, on the rows below ``count``; rows past it get no gradient. "logp": entropies are
+    computed but only returned beside the loss, as in GRPO's train step (their cotangent is a symbolic
+    zero, which the backward skips); "entropy": the log-probs' cotangent is the symbolic zero."""
     rng = np.random.default_rng(1)
     hidden = jnp.asarray(rng.normal(size=(20, 8)), jnp.float32)
     weight = jnp.asarray(rng.normal(size=(50, 8)), jnp.float32)
@@ -98,9 +101,10 @@ def test_counted_head_gradients_equal_autodiff():
             logp, ent = chunked_token_logps(
                 x, targets, w, temperature=0.7, chunk=4, entropy=True, count=count
             )
-            return jnp.sum(a[:12] * logp[:12] + b[:12] * ent[:12])
+            lp, en = jnp.sum(a[:12] * logp[:12]), jnp.sum(b[:12] * ent[:12])
+            return {"logp+entropy": lp + en, "logp": lp, "entropy": en}[terms], (logp, ent)
 
-        return jax.grad(f, argnums=(0, 1))(hidden, weight)
+        return jax.grad(f, argnums=(0, 1), has_aux=True)(hidden, weight)[0]
 
     (gx, gw), (wx, ww) = objective(jnp.int32(9)), objective(None)
     assert np.abs(np.asarray(gx[:12] - wx[:12])).max() < 1e-5

@@ -9,9 +9,18 @@ backward recomputes each chunk's logits (as ``jax.checkpoint`` did) and adds its
 one ``[V, D]`` float32 accumulator in place. The derivative is log-softmax's own:
 ``d logp / d logits = onehot - p`` and ``d H / d logits = -p * (log p + H)``.
 
-Measured cost (docs/packing.md, "Real shape"): per computed chunk this loop is ~1.8x the checkpointed
-``lax.map`` inside a whole train step (2-layer wide model, CPU); it pays where it skips chunks (the
-real Qwen3-0.6B shape: 1.42x on the packed actor side) and loses where completions fill every chunk.
+Why the backward is one plain matmul and one elementwise pass per chunk: the forward keeps each token's
+logsumexp (and entropy), ``[n_chunks, chunk]`` floats, so the backward needs no softmax reductions
+(``p = exp(logits - lse)``); the one-hot is an ``iota == target`` compare fused into that pass (not a
+scatter); and the entropy term is skipped when its cotangent is a symbolic zero (``symbolic_zeros``:
+GRPO's train step returns entropies as a metric only, which the ``lax.map`` head's autodiff prunes
+too). The first version recomputed log-softmax in the backward: XLA's CPU backend fused the matmul with
+the temperature scale (a ``[chunk, V]`` broadcast written per chunk), the max reduction and the
+subtraction into one XNNPACK fusion, then ran the entropy term on zero cotangents and a scatter.
+
+Measured cost (``bench/results/head-loop-cost.json``): per computed chunk this loop now costs what the
+checkpointed ``lax.map`` does (0.93-0.95x in CPU seconds, fp32); before, 1.08-1.16x head-only and 1.17x
+in the wide train step (docs/packing.md, "Real shape").
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 
 def _chunks(count: jax.Array, chunk: int, n_chunks: int) -> jax.Array:
@@ -42,49 +52,55 @@ def counted_token_logps(
     """``(logp, entropy)`` ``[n_chunks, chunk]`` of ``x`` ``[n_chunks, chunk, D]`` (targets ``t``) through
     ``w`` ``[V, D]``; rows of chunks starting at or after ``count`` are 0 and cost nothing. ``w`` is
     already in ``dtype`` (the model's compute dtype); entropies are 0 unless ``entropy``."""
-    return _forward(x, w, t, count, temperature, entropy, dtype)
+    return _forward(x, w, t, count, temperature, entropy, dtype)[:2]
 
 
 def _forward(
     x: jax.Array, w: jax.Array, t: jax.Array, count: jax.Array, temperature: float, entropy: bool, dtype: Any
-):
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(logp, entropy, logsumexp)``; the backward reuses the logsumexp (no softmax reductions there)."""
     n_chunks, chunk, _ = x.shape
 
-    def body(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        logp_out, ent_out = carry
+    def body(i: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+        logp_out, ent_out, lse_out = carry
         logits = _logits(x[i], w, temperature, dtype)
         lse = jax.nn.logsumexp(logits, axis=-1)
         logp = jnp.take_along_axis(logits, t[i][:, None], axis=-1)[:, 0] - lse
-        logp_out = logp_out.at[i].set(logp)
         if entropy:
             ent_out = ent_out.at[i].set(lse - jnp.sum(jax.nn.softmax(logits, axis=-1) * logits, axis=-1))
-        return logp_out, ent_out
+        return logp_out.at[i].set(logp), ent_out, lse_out.at[i].set(lse)
 
     zeros = jnp.zeros((n_chunks, chunk), jnp.float32)
-    return jax.lax.fori_loop(0, _chunks(count, chunk, n_chunks), body, (zeros, zeros))
+    return jax.lax.fori_loop(0, _chunks(count, chunk, n_chunks), body, (zeros, zeros, zeros))
 
 
 def _fwd(x, w, t, count, temperature, entropy, dtype):
-    return _forward(x, w, t, count, temperature, entropy, dtype), (x, w, t, count)
+    x, w, t, count = (a.value for a in (x, w, t, count))  # symbolic_zeros: inputs come wrapped
+    logp, ent, lse = _forward(x, w, t, count, temperature, entropy, dtype)
+    return (logp, ent), (x, w, t, count, ent, lse)
 
 
 def _bwd(temperature: float, entropy: bool, dtype: Any, res: Any, cot: Any) -> Any:
-    x, w, t, count = res
+    x, w, t, count, ent, lse = res
     d_logp, d_ent = cot
     n_chunks, chunk, _ = x.shape
     scale = temperature if temperature != 0.0 and temperature != 1.0 else 1.0
+    use_logp = not isinstance(d_logp, SymbolicZero)
+    use_ent = entropy and not isinstance(d_ent, SymbolicZero)  # GRPO's train step: entropy is aux only
+    if not (use_logp or use_ent):
+        return jnp.zeros_like(x), jnp.zeros_like(w), None, None
 
     def body(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         dx, dw = carry
         xc = x[i] if dtype is None else x[i].astype(dtype)
-        logits = _logits(x[i], w, temperature, dtype)
-        logp_all = jax.nn.log_softmax(logits, axis=-1)
+        logp_all = _logits(x[i], w, temperature, dtype) - lse[i][:, None]
         p = jnp.exp(logp_all)
-        g = -d_logp[i][:, None] * p
-        g = g.at[jnp.arange(chunk), t[i]].add(d_logp[i])
-        if entropy:
-            h = -jnp.sum(p * logp_all, axis=-1, keepdims=True)
-            g = g - d_ent[i][:, None] * p * (logp_all + h)
+        g = jnp.zeros_like(p)
+        if use_logp:
+            hit = jax.lax.broadcasted_iota(jnp.int32, p.shape, 1) == t[i][:, None]
+            g = d_logp[i][:, None] * (hit.astype(p.dtype) - p)
+        if use_ent:
+            g = g - d_ent[i][:, None] * p * (logp_all + ent[i][:, None])
         g = (g / scale).astype(w.dtype)
         dx = dx.at[i].set(jnp.dot(g, w).astype(x.dtype))
         dw = dw + jnp.dot(g.T, xc).astype(jnp.float32)
@@ -95,4 +111,4 @@ def _bwd(temperature: float, entropy: bool, dtype: Any, res: Any, cot: Any) -> A
     return dx, dw.astype(w.dtype), None, None
 
 
-counted_token_logps.defvjp(_fwd, _bwd)
+counted_token_logps.defvjp(_fwd, _bwd, symbolic_zeros=True)
