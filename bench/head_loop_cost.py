@@ -1,7 +1,7 @@
 """Cost per computed chunk of the counted head (``head_loop``) against the checkpointed ``lax.map`` head.
 
 Why: inside the 2-layer wide train step the counted head (completion columns only) was ~1.8x the
-``lax.map`` head per computed chunk (docs/packing.md, "Real shape"). This times the heads alone:
+``lax.map`` head per computed chunk (docs/packing-bench.md, "Real shape"). This times the heads alone:
 ``jit(value_and_grad)`` (w.r.t. hidden states and the ``[V, D]`` weight; ``count`` a traced argument,
 as in training) of ``sum(a * logp)`` with the entropies returned beside it (``--entropy aux``: GRPO's
 train step; ``grad``: ``+ sum(b * ent)``) for (a) ``head.chunked_token_logps`` without a count

@@ -20,7 +20,7 @@ subtraction into one XNNPACK fusion, then ran the entropy term on zero cotangent
 
 Measured cost (``bench/results/head-loop-cost.json``): per computed chunk this loop now costs what the
 checkpointed ``lax.map`` does (0.93-0.95x in CPU seconds, fp32); before, 1.08-1.16x head-only and 1.17x
-in the wide train step (docs/packing.md, "Real shape").
+in the wide train step (docs/packing-bench.md, "Real shape").
 """
 
 from __future__ import annotations
