@@ -16,6 +16,9 @@ Arms, all on identical pre-generated micro-batches and the same random weights (
   (``head.completion_head_logps``, the trainer's default), so the head's gain is seen alone.
 * ``tunix-headc``: Tunix's unpacked layout and dense attention through the project's forward, head at
   completion columns only (what ``logps.unpacked_completion_logps`` runs).
+* ``packed-dense-headc`` (extra, not in the figures): ``packed-headc`` with dense segment-causal
+  attention over each packed row instead of block-sparse (``attention="dense"``): its speed and memory
+  at short rows, where the block-sparse kernel's temporaries exceed Tunix's.
 
 The first three arms run the head over every column (``head_at="rows"``), as before that change.
 
@@ -140,7 +143,8 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
     real = sum(int(np.asarray(e.prompt_mask).sum() + np.asarray(e.completion_mask).sum()) for e in examples)
     padded = sum(int(e.prompt_ids.size + e.completion_ids.size) for e in examples)
 
-    attention = {"tunix": "dense", "tunix-headc": "dense", "unpacked-blocked": "blocked"}.get(arm, "blocked")
+    dense_arms = ("tunix", "tunix-headc", "packed-dense-headc")
+    attention = "dense" if arm in dense_arms else "blocked"
     head_at = "completions" if arm.endswith("-headc") else "rows"
     if arm == "tunix" and not wide:
 
