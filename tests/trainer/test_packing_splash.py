@@ -1,7 +1,8 @@
 """The TPU path off TPU: Tunix's own splash attention (Pallas, interpret mode on CPU) on packed rows.
 
-The trainer runs packed qwen3/qwen2 through ``adapter.packed_logits(attention="splash")`` on a TPU: the
-model's flash path, switched on for that call with a block dividing the row. Here the very same Pallas
+The trainer runs packed qwen3/qwen2 with ``attention="splash"`` on a TPU: the model's flash path,
+switched on while the call traces with a block dividing the row; by default each layer's own attention
+block up to the final norm and the head at completion columns only (``adapter.packed_hidden(splash=True)``). Here the very same Pallas
 kernel runs in interpret mode (``make_splash_mha(interpret=True)``), so its numerics are checked on CPU:
 packed per-token log-probs, the GRPO loss and its gradients equal Tunix's unpacked ones within 1e-5.
 """
@@ -54,14 +55,16 @@ def test_splash_logps_equal_unpacked(family):
         )
     )
     mask = np.asarray(ex.completion_mask)
-    for block in (128, 256):  # 128: segments and causality across blocks
+    # "completions": the layers' own splash blocks up to the final norm, the head at completion columns
+    # only (the trainer's default on TPU); "rows": the model's own call, head at every column.
+    for block, head_at in ((128, "completions"), (256, "completions"), (128, "rows")):  # 128: across blocks
         logps = jax.jit(
-            lambda m, p, b=block: packed_per_token_logps(m, p, temperature=TEMP, attention="splash", block=b)[
-                0
-            ]
+            lambda m, p, b=block, h=head_at: packed_per_token_logps(
+                m, p, temperature=TEMP, attention="splash", block=b, head_at=h
+            )[0]
         )
         got = np.asarray(logps(model, packed))
-        assert np.abs(np.where(mask, got - want, 0.0)).max() < 1e-5, block
+        assert np.abs(np.where(mask, got - want, 0.0)).max() < 1e-5, (block, head_at)
     assert not model.config.use_flash_attention  # switched on only while the packed call traced
 
 

@@ -9,6 +9,8 @@ packed row handed to ``model(...)`` attends across sequences. The adapter picks,
   ids: exact, and it skips blocks where segments do not meet. Why only for the packed call: the same
   model object is the vanilla sampler's, whose prefill passes a padding mask the flash path ignores
   (left-padded prompts would attend to padding) and whose prompt length the block would have to divide.
+  For the head at completion columns, ``packed_hidden(splash=True)`` runs each layer's own attention
+  block the same way (flash on while it traces) and stops at the final norm.
 * ``blocked`` (CPU/GPU, qwen3 / qwen2 / llama3): a forward pass that reuses the model's own modules
   (embedder, norms, projections, rope, MLP, head) layer by layer and swaps only the attention core for
   ``attention.blocked_attention`` (block-sparse, cost follows the segments).
@@ -162,17 +164,24 @@ def packed_hidden(
     *,
     block: int,
     kv: jax.Array | None = None,
+    splash: bool = False,
 ) -> jax.Array:
     """Final-norm hidden states ``[R, L, D]`` (the head's input) of the blocked forward (qwen3/qwen2/llama3).
 
     ``pairs`` None: dense segment-causal attention over the full ``[L, L]`` (what Tunix's own non-flash
-    attention computes), for comparing kernels with the same head. A MaxText model: its own decoder on
-    the ``segments`` path (``maxtext_head.final_hidden``; ``kv`` as ids for queries and keys, as
-    ``packed_logits`` passes them).
+    attention computes), for comparing kernels with the same head. ``splash``: each layer's own
+    attention block on Tunix's splash path (flash on, ``block``; ``kv`` as ids for queries and keys, as
+    ``packed_logits`` passes them), so TPU runs stop at the final norm too. A MaxText model: its own
+    decoder on the ``segments`` path (``maxtext_head.final_hidden``; ``kv`` as in splash).
     """
     family = family_of(model)
     if family in SEGMENT_FAMILIES:
         return maxtext_head.final_hidden(model, tokens, positions, segment_ids if kv is None else kv)
+    if splash:
+        if family not in _SPLASH:
+            raise ValueError(f"no splash hidden-state forward for model family {family!r}")
+        with flash_attention(model, block):
+            return _SPLASH[family](model, tokens, positions, segment_ids if kv is None else kv)
     if family not in BLOCKED_FAMILIES:
         raise ValueError(f"no hidden-state forward for model family {family!r}")
 
@@ -251,6 +260,35 @@ def _llama3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend)
 
     return _decoder(model, model.embedder.encode(tokens), attn_fn)
 
+
+def _qwen3_splash(model: Any, tokens: jax.Array, positions: jax.Array, ids: jax.Array) -> jax.Array:
+    """Each layer's own attention block (Tunix's splash path with segment ids while flash is on)."""
+
+    def attn_fn(a: Any, x: jax.Array) -> jax.Array:
+        return a.block(x, positions, None, None, segment_ids=ids)[1]
+
+    return _decoder(model, model.embedder.encode(tokens), attn_fn)
+
+
+def _qwen2_splash(model: Any, tokens: jax.Array, positions: jax.Array, ids: jax.Array) -> jax.Array:
+    """As ``_qwen3_splash``; qwen2's block takes the rotary tables instead of positions."""
+    from tunix.models.qwen2 import model as q2
+
+    cfg = model.config
+    x = model.embedder.encode(tokens)
+    sin, cos = q2._generate_pos_embeddings(positions, cfg.head_dim, cfg.rope_theta)
+    sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
+
+    def attn_fn(a: Any, x: jax.Array) -> jax.Array:
+        return a.block(x, None, None, sin, cos, segment_ids=ids)[1]
+
+    return _decoder(model, x, attn_fn)
+
+
+_SPLASH: dict[str, Callable[[Any, jax.Array, jax.Array, jax.Array], jax.Array]] = {
+    "qwen3": _qwen3_splash,
+    "qwen2": _qwen2_splash,
+}
 
 _BLOCKED: dict[str, Callable[[Any, jax.Array, jax.Array, Attend], jax.Array]] = {
     "qwen3": _qwen3,

@@ -23,6 +23,7 @@ from rljob_trainer.packing import maxtext_head
 from rljob_trainer.packing.adapter import (
     BLOCKED_FAMILIES,
     SEGMENT_FAMILIES,
+    SPLASH_FAMILIES,
     family_of,
     packed_hidden,
     packed_logits,
@@ -37,8 +38,9 @@ def head_at_completions(model: Any, attention: str, head_at: str = "auto") -> bo
     """Whether the head runs at completion columns only (``head.completion_head_logps``).
 
     ``auto``: yes wherever the forward stops at the final norm (blocked/dense attention on
-    qwen3/qwen2/llama3; MaxText's segments unless ``maxtext_head.refusal`` names a config it cannot
-    match); splash and gemma3 run the model's own call, head included.
+    qwen3/qwen2/llama3; splash on qwen3/qwen2, each layer's own attention block; MaxText's segments
+    unless ``maxtext_head.refusal`` names a config it cannot match); gemma3 runs the model's own call,
+    head included.
     ``completions`` where that is impossible raises; ``rows``: the whole-row head (for comparisons).
     """
     if head_at not in HEAD_AT:
@@ -48,8 +50,10 @@ def head_at_completions(model: Any, attention: str, head_at: str = "auto") -> bo
         why = maxtext_head.refusal(model)
         possible = why is None
     else:
-        possible = attention in ("blocked", "dense") and family in BLOCKED_FAMILIES
-        why = f"needs blocked/dense attention on {BLOCKED_FAMILIES} or MaxText's segments"
+        possible = (attention in ("blocked", "dense") and family in BLOCKED_FAMILIES) or (
+            attention == "splash" and family in SPLASH_FAMILIES
+        )
+        why = f"needs blocked/dense attention on {BLOCKED_FAMILIES}, splash on {SPLASH_FAMILIES} or MaxText's segments"
     if head_at == "completions" and not possible:
         raise ValueError(f"the head at completions only: {why}, not {attention!r} on {family!r}")
     return possible and head_at != "rows"
@@ -82,7 +86,14 @@ def packed_per_token_logps(
         """``[R, L, D]`` final-norm hidden states of the rows (the forward without the head)."""
         pairs = ex.pairs if attention == "blocked" else None
         return packed_hidden(
-            model, ex.tokens, ex.positions, ex.segment_ids, pairs, block=block, kv=ex.kv_segment_ids
+            model,
+            ex.tokens,
+            ex.positions,
+            ex.segment_ids,
+            pairs,
+            block=block,
+            kv=ex.kv_segment_ids,
+            splash=attention == "splash",
         )
 
     if head_at_completions(model, attention, head_at):
