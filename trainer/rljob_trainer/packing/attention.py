@@ -18,6 +18,7 @@ Two implementations with the same semantics (query ``q`` may attend key ``k`` if
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -128,9 +129,9 @@ def blocked_attention(
     G = N // K
     nb = L // block
     p_row, p_q, p_k, p_valid = pairs
-    qb = q.reshape(R, nb, block, K, G, D)[p_row, p_q]  # [P, T, K, G, D]
-    kb = k.reshape(R, nb, block, K, D)[p_row, p_k]  # [P, S, K, D]
-    vb = v.reshape(R, nb, block, K, D)[p_row, p_k]
+    qb = _take_blocks(q.reshape(R, nb, block, K, G, D), p_row, p_q)  # [P, T, K, G, D]
+    kb = _take_blocks(k.reshape(R, nb, block, K, D), p_row, p_k)  # [P, S, K, D]
+    vb = _take_blocks(v.reshape(R, nb, block, K, D), p_row, p_k)
     kv = segment_ids if kv_segment_ids is None else kv_segment_ids
     sq = segment_ids.reshape(R, nb, block)[p_row, p_q]  # [P, T]
     sk = kv.reshape(R, nb, block)[p_row, p_k]  # [P, S]
@@ -145,18 +146,48 @@ def blocked_attention(
     s = jnp.einsum("PTKGD,PSKD->PKGTS", qb, kb) * scale
     s = jnp.where(mask[:, None, None], s.astype(jnp.float32), _NEG)
     group = p_row * nb + p_q
-    m = jax.ops.segment_max(s.max(-1), group, num_segments=R * nb)  # [R*nb, K, G, T]
+    smax = s.max(-1)
+    m = _filled(smax, (R * nb, *smax.shape[1:]), _NEG).at[group].max(smax)  # [R*nb, K, G, T]
     m = jax.lax.stop_gradient(m)
     e = jnp.where(mask[:, None, None], jnp.exp(s - m[group][..., None]), 0.0)
-    denom = jax.ops.segment_sum(e.sum(-1), group, num_segments=R * nb)  # [R*nb, K, G, T]
-    num = jax.ops.segment_sum(
-        jnp.einsum("PKGTS,PSKD->PKGTD", e.astype(vb.dtype), vb).astype(jnp.float32),
-        group,
-        num_segments=R * nb,
-    )  # [R*nb, K, G, T, D]
+    esum = e.sum(-1)
+    denom = _filled(esum, (R * nb, *esum.shape[1:]), 0.0).at[group].add(esum)  # [R*nb, K, G, T]
+    pv = jnp.einsum("PKGTS,PSKD->PKGTD", e.astype(vb.dtype), vb).astype(jnp.float32)
+    num = _filled(pv, (R * nb, *pv.shape[1:]), 0.0).at[group].add(pv)  # [R*nb, K, G, T, D]
     out = num / jnp.where(denom > 0, denom, 1.0)[..., None]
     out = out.reshape(R, nb, K, G, block, D).transpose(0, 1, 4, 2, 3, 5).reshape(R, L, N, D)
     return out.astype(v.dtype)
+
+
+def _filled(anchor: jax.Array, shape: tuple[int, ...], value: float) -> jax.Array:
+    """``value`` everywhere, as a buffer computed from ``anchor`` (``anchor[0] * 0 + value``).
+
+    Why not ``jnp.full``: XLA merges equal constant broadcasts across layers and schedules the
+    per-scatter copies of the merged buffer at the very start of the step, so every layer's scatter
+    buffers lived from the first forward op to their use in the backward pass (~142 MiB per layer of
+    the real-shape train step, ``bench/packing_memory.py``). Built from ``anchor``, a buffer exists only
+    once its layer has run.
+    """
+    return jnp.broadcast_to(jnp.ravel(anchor)[0] * 0 + value, shape).astype(anchor.dtype)
+
+
+@jax.custom_vjp
+def _take_blocks(x: jax.Array, rows: jax.Array, blocks: jax.Array) -> jax.Array:
+    """``x[rows, blocks]`` (``x``: ``[R, nb, ...]``); its backward scatters into a buffer built from
+    the cotangent (``_filled``), not into autodiff's constant zeros (same reason)."""
+    return x[rows, blocks]
+
+
+def _take_blocks_fwd(x: jax.Array, rows: jax.Array, blocks: jax.Array) -> tuple[jax.Array, Any]:
+    return x[rows, blocks], (x.shape, rows, blocks)
+
+
+def _take_blocks_bwd(res: Any, g: jax.Array) -> tuple[jax.Array, None, None]:
+    shape, rows, blocks = res
+    return _filled(g, shape, 0.0).at[rows, blocks].add(g), None, None
+
+
+_take_blocks.defvjp(_take_blocks_fwd, _take_blocks_bwd)
 
 
 def dense_attention(
