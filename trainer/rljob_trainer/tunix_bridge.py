@@ -233,19 +233,14 @@ def learner_class(
 def unpacked_learner(spec: RLJobSpec) -> tuple[type, dict[str, Any]]:
     """Packing off: the packing package's unpacked learner (Tunix's rows and loop, the vocabulary head at
     completion columns only in every actor-side pass; same updates) for Tunix qwen3 / qwen2 / llama3,
-    else (other families, MaxText, a build without the package, several processes) Tunix's ``GRPOLearner``.
-    Several processes: on two, its passes issued mismatched collectives (gloo "Received data size doesn't
-    match", tests/trainer/test_distributed.py; cause not found yet), so multi-host keeps Tunix's. Logged."""
+    else (other families, MaxText, a build without the package) Tunix's ``GRPOLearner``. Both logged."""
     try:
         from rljob_trainer import packing
 
         unpacked = packing.UnpackedGRPOLearner
     except (ImportError, AttributeError):
         unpacked = None
-    tunix_family = (
-        spec.model.backend == "tunix" and unpacked is not None and spec.model.family in unpacked.FAMILIES
-    )
-    if tunix_family and jax.process_count() == 1:
+    if unpacked is not None and spec.model.backend == "tunix" and spec.model.family in unpacked.FAMILIES:
         return unpacked, {}
     log.info("unpacked: Tunix's GRPOLearner, the head over every column (%s)", models.label(spec.model))
     return grpo_learner.GRPOLearner, {}

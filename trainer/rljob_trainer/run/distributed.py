@@ -17,6 +17,17 @@ would train alone and all would write the same checkpoints) is a config error: e
 
 After it, every process serves its own metrics (label ``process``), all processes take part in
 checkpoint saves, and process 0 alone writes checkpoint metadata and logs.
+
+Several processes on the CPU backend (gloo collectives) dispatch synchronously
+(``SYNC_CPU_DISPATCH``): XLA:CPU orders executables per dispatching thread, not per device. Tunix's
+learner builds each batch (rollout, reference and old-policy passes) in a worker thread and trains in
+the main thread; with async dispatch, a collective the main thread dispatches after the hand-off can
+start on one process before a collective the worker dispatched earlier whose inputs are still being
+computed there, while the other process runs them in dispatch order, and gloo pairs two different
+collectives ("Received data size doesn't match expected size", or, equal sizes, silently exchanged
+data). tests/trainer/test_cpu_dispatch_order.py shows it with two jitted all-gathers. Synchronous
+dispatch finishes each computation in the thread that dispatched it, so the hand-off orders them.
+Computations on TPU and GPU are not affected by the flag.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ ENV_PROCESS_ID = "RLJOB_PROCESS_ID"
 TPU_ENV = "TPU_WORKER_HOSTNAMES"
 ENV_NUM_SLICES = "RLJOB_NUM_SLICES"
 ENV_HOSTS_PER_SLICE = "RLJOB_HOSTS_PER_SLICE"
+SYNC_CPU_DISPATCH = ("jax_cpu_enable_async_dispatch", False)  # several processes: see the module doc
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,7 @@ def initialize() -> Processes:
         except ValueError as exc:
             raise RLJobError([str(exc)], "the distributed start") from None
         print(f"distributed start ({how}): waiting for the other processes", flush=True)
+        jax.config.update(*SYNC_CPU_DISPATCH)  # read when the CPU client is created: before any computation
         # may wait minutes for the other hosts: keep SIGTERM working meanwhile (rljob_trainer.run.sigterm)
         sigterm.run_interruptible(lambda: jax.distributed.initialize(**kwargs))  # type: ignore[arg-type]
         sigterm.install()  # XLA's preemption notifier replaced our handler
