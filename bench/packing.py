@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "trainer"), str(ROOT), str(ROOT / "bench")]
 
 ARMS = ("tunix", "unpacked-blocked", "packed", "packed-headc", "tunix-headc")
-EXTRA_ARMS = ("packed-dense-headc",)  # runs with --arms only; not in the figures
+EXTRA_ARMS = ("packed-dense-headc", "packed-stream-headc")  # runs with --arms only; not in the figures
 
 
 def machine() -> dict:

@@ -125,6 +125,7 @@ def packed_logits(
     attention: str,
     block: int,
     kv_segment_ids: jax.Array | None = None,
+    stream: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
     """Float32 logits ``[R, L, V]`` of packed rows; every token sees only its own sequence's past.
 
@@ -132,6 +133,7 @@ def packed_logits(
     Splash takes one id array for queries and keys, so there the hole's own query gets id 0 too: real
     tokens never see it (exact), but the logits at the hole (predicting the token after it) attend
     other id-0 columns, as Tunix's own unpacked flash path does with its 0/1 segment ids.
+    ``stream``: see ``packed_hidden`` (blocked only; the other paths run the model's own call on rows).
     """
     kv = segment_ids if kv_segment_ids is None else kv_segment_ids
     if attention == "splash":
@@ -149,7 +151,10 @@ def packed_logits(
     elif attention == "blocked":
         if pairs is None:
             raise ValueError("blocked attention needs block pairs (PackedTrainExample built with it)")
-        logits = _head(model, packed_hidden(model, tokens, positions, segment_ids, pairs, block=block, kv=kv))
+        hidden = packed_hidden(
+            model, tokens, positions, segment_ids, pairs, block=block, kv=kv, stream=stream
+        )
+        logits = _head(model, hidden)
     else:
         raise ValueError(f"unknown packed attention {attention!r}")
     return jnp.astype(logits, jnp.float32)
@@ -165,6 +170,7 @@ def packed_hidden(
     block: int,
     kv: jax.Array | None = None,
     splash: bool = False,
+    stream: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
     """Final-norm hidden states ``[R, L, D]`` (the head's input) of the blocked forward (qwen3/qwen2/llama3).
 
@@ -173,6 +179,8 @@ def packed_hidden(
     attention block on Tunix's splash path (flash on, ``block``; ``kv`` as ids for queries and keys, as
     ``packed_logits`` passes them), so TPU runs stop at the final norm too. A MaxText model: its own
     decoder on the ``segments`` path (``maxtext_head.final_hidden``; ``kv`` as in splash).
+    ``stream`` (``rows.token_stream``'s ``(index, of_slot)``, blocked/dense only): the embedding, norms,
+    projections and MLP run on the real tokens alone; only the attention core sees rows (``_on_stream``).
     """
     family = family_of(model)
     if family in SEGMENT_FAMILIES:
@@ -190,7 +198,40 @@ def packed_hidden(
             return dense_attention(q, k, v, segment_ids, scale=scale, kv_segment_ids=kv)
         return blocked_attention(q, k, v, segment_ids, pairs, block=block, scale=scale, kv_segment_ids=kv)
 
-    return _BLOCKED[family](model, tokens, positions, attend)
+    if stream is None:
+        return _BLOCKED[family](model, tokens, positions, attend)
+    return _on_stream(_BLOCKED[family], model, tokens, positions, attend, *stream)
+
+
+def _on_stream(
+    forward: Callable[[Any, jax.Array, jax.Array, Attend], jax.Array],
+    model: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    attend: Attend,
+    index: jax.Array,
+    of_slot: jax.Array,
+) -> jax.Array:
+    """``forward`` over the token stream ``[1, S]`` instead of the rows ``[R, L]``; returns ``[R, L, D]``.
+
+    Every per-token operation (embedding, norms, projections, rope at each token's own position, MLP)
+    sees the ``S`` stream tokens only; the attention core gets its queries, keys and values scattered
+    back into rows (padding slots zero: segment id 0, never attended) and its output gathered to the
+    stream. Gathers both ways, so each value lands exactly where the row path computes it.
+    """
+    R, L = tokens.shape
+
+    def to_stream(a: jax.Array) -> jax.Array:
+        return a.reshape(R * L, *a.shape[2:])[index][None]
+
+    def to_rows(a: jax.Array) -> jax.Array:
+        flat = jnp.concatenate([a[0], jnp.zeros((1, *a.shape[2:]), a.dtype)])
+        return flat[of_slot].reshape(R, L, *a.shape[2:])
+
+    def attend_rows(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
+        return to_stream(attend(to_rows(q), to_rows(k), to_rows(v), scale))
+
+    return to_rows(forward(model, to_stream(tokens), to_stream(positions), attend_rows))
 
 
 def _head(model: Any, x: jax.Array) -> jax.Array:

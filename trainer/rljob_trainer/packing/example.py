@@ -31,6 +31,7 @@ from rljob_trainer.packing.rows import (
     plan_rows,
     row_costs,
     shard_imbalance,
+    token_stream,
 )
 
 
@@ -59,6 +60,9 @@ class PackedTrainExample:
     pair_q: jax.Array | None = None
     pair_k: jax.Array | None = None
     pair_valid: jax.Array | None = None
+    # The real tokens as one stream (``rows.token_stream``): per-token layers skip the padding columns.
+    stream_index: jax.Array | None = None  # [S] flat slot of each stream token
+    stream_of_slot: jax.Array | None = None  # [R * L] stream position of each slot (S = padding)
 
     @property
     def pairs(self) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:
@@ -122,6 +126,7 @@ class PackedLayout:
     completion_index: np.ndarray  # [B, Tc] flat index into R * L (0 for padding)
     pairs: BlockPairs | None  # block-sparse attention only
     shard_imbalance: float = 1.0  # max / mean estimated cost over data-parallel shards (rows.row_costs)
+    stream: tuple[np.ndarray, np.ndarray] | None = None  # rows.token_stream: (index, of_slot)
 
     def device_rows(self) -> dict[str, jax.Array]:
         """The model inputs as device arrays, keyed like ``PackedTrainExample``'s fields."""
@@ -140,6 +145,8 @@ class PackedLayout:
                 pair_k=jnp.asarray(bp.k),
                 pair_valid=jnp.asarray(bp.valid),
             )
+        if self.stream is not None:
+            out.update(stream_index=jnp.asarray(self.stream[0]), stream_of_slot=jnp.asarray(self.stream[1]))
         return out
 
 
@@ -155,13 +162,21 @@ def plan_layout(
     row_multiple: int = 1,
     shapes: ShapeCache | None = None,
     attention_weight: float | None = None,
+    stream: bool = False,
 ) -> PackedLayout:
     """Best-fit-decreasing rows for one micro-batch (see ``pack_train_example`` for the arguments).
 
     With ``row_multiple`` > 1 (the data-parallel width) the rows are then ordered so each shard's block
     of rows has near-equal cost ``len + attention_weight * len**2`` (default ``1 / row_len``: a full-row
-    sequence's attention counts as much as its per-token work).
+    sequence's attention counts as much as its per-token work). ``stream``: also lay the real tokens out
+    as one stream (``rows.token_stream``, granule ``row_len``) so the blocked and dense forwards run
+    their per-token layers without the padding columns (single data shard only: the stream gathers
+    across rows).
     """
+    if stream and row_multiple > 1:
+        raise ValueError(
+            "the token stream gathers across rows: it needs a single data shard (row_multiple 1)"
+        )
     attention_weight = 1.0 / row_len if attention_weight is None else attention_weight
     p_ids, c_ids = np.asarray(prompt_ids), np.asarray(completion_ids)
     c_mask = np.asarray(completion_mask).astype(bool)
@@ -200,6 +215,7 @@ def plan_layout(
         completion_index,
         bp,
         shard_imbalance(costs, row_multiple),
+        token_stream(rows.segment_ids, row_len) if stream else None,
     )
 
 

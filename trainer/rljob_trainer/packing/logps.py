@@ -36,6 +36,8 @@ class PackedInputs:
     pair_q: jax.Array | None = None
     pair_k: jax.Array | None = None
     pair_valid: jax.Array | None = None
+    stream_index: jax.Array | None = None
+    stream_of_slot: jax.Array | None = None
 
     @property
     def pairs(self) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:

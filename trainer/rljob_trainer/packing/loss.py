@@ -81,6 +81,8 @@ def packed_per_token_logps(
     ``head_at`` (``head_at_completions``): by default the head sees the completion columns only.
     """
     flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
+    index = getattr(ex, "stream_index", None)  # the layout's token stream (example.plan_layout)
+    stream = (index, ex.stream_of_slot) if index is not None and attention in ("blocked", "dense") else None
 
     def final_hidden() -> jax.Array:
         """``[R, L, D]`` final-norm hidden states of the rows (the forward without the head)."""
@@ -94,6 +96,7 @@ def packed_per_token_logps(
             block=block,
             kv=ex.kv_segment_ids,
             splash=attention == "splash",
+            stream=stream,
         )
 
     if head_at_completions(model, attention, head_at):
@@ -131,6 +134,7 @@ def packed_per_token_logps(
         attention=attention,
         block=block,
         kv_segment_ids=ex.kv_segment_ids,
+        stream=stream,
     )[:, :-1]
     if temperature != 0.0 and temperature != 1.0:
         logits = logits / temperature

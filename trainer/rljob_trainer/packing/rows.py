@@ -199,6 +199,27 @@ def plan_rows(
     return RowPlan(row_len, num_rows, rows_used, row, offset, lengths.astype(np.int32), segment)
 
 
+def token_stream(segment_ids: np.ndarray, granule: int) -> tuple[np.ndarray, np.ndarray]:
+    """The real tokens of packed rows as one stream, for per-token work that should skip padding.
+
+    Why: a packed row's tail and a bucket's empty rows are padding that every projection and MLP
+    computes (10% of the columns on the real-shape benchmark). Only attention needs the row layout; the
+    per-token layers can run on the real tokens alone, padded to ``ceil(T / granule) * granule`` so the
+    stream's length changes only with the lower bound of the row count (one compiled shape per value).
+
+    Returns ``index`` ``[S]`` (flat slot in ``R * L`` of stream token ``s``, in row order; the stream's
+    own padding points at slot 0 and is never read back) and ``of_slot`` ``[R * L]`` (the stream
+    position of each slot; ``S`` for padding slots, which read an appended zero).
+    """
+    real = np.flatnonzero(np.asarray(segment_ids).reshape(-1) > 0)
+    size = max(1, math.ceil(real.size / granule)) * granule
+    index = np.zeros(size, np.int32)
+    index[: real.size] = real
+    of_slot = np.full(np.asarray(segment_ids).size, size, np.int32)
+    of_slot[real] = np.arange(real.size, dtype=np.int32)
+    return index, of_slot
+
+
 def row_costs(plan: RowPlan, attention_weight: float) -> np.ndarray:
     """Estimated compute of each row: ``len + attention_weight * len**2`` summed over its sequences.
 

@@ -1,0 +1,151 @@
+"""The token stream (``rows.token_stream``): per-token layers on the real tokens only, attention on rows.
+
+Exact against the row path (today's): log-probs, GRPO loss and gradients within 1e-5 on qwen3, qwen2
+and llama3, blocked and dense attention, head at completions and at whole rows, whole and chunked.
+A stream shifted by one token breaks them; the layers never see a padding column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from rljob_trainer.packing import adapter
+from rljob_trainer.packing.example import pack_train_example, plan_layout
+from rljob_trainer.packing.logps import PackedInputs, packed_completion_logps
+from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
+from rljob_trainer.packing.rows import ShapeCache, token_stream
+from rljob_trainer.packing.testing import PAD_ID, grpo_config, random_train_example, tiny_model
+
+ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
+PROMPTS = [4, 2, 3, 1, 4, 2, 1, 3]
+COMPLETIONS = [28, 5, 20, 1, 9, 13, 2, 7]
+CASES = [  # family, attention, config overrides
+    ("qwen3", "blocked", {}),
+    ("qwen3", "dense", {"use_tied_embedding": False}),
+    ("qwen2", "blocked", {"use_tied_embedding": False}),
+    ("qwen2", "dense", {}),
+    ("llama3", "blocked", {"weight_tying": False}),
+    ("llama3", "dense", {}),
+]
+
+
+def _layouts(example, **kw):
+    """(with stream, without), padded to 6 rows as a run's ``ShapeCache`` would after a bigger batch."""
+    p, c = np.asarray(example.prompt_ids), np.asarray(example.completion_ids)
+    make = lambda stream: plan_layout(  # noqa: E731
+        p,
+        p != PAD_ID,
+        c,
+        c != PAD_ID,
+        ROW,
+        pad_id=PAD_ID,
+        attention_block=BLOCK,
+        stream=stream,
+        shapes=ShapeCache(shapes=[(6, 64)]),
+        **kw,
+    )
+    return make(True), make(False)
+
+
+def _grads(fn, model):
+    (loss, aux), grads = nnx.value_and_grad(fn, has_aux=True)(model)
+    return float(loss), aux, jax.tree.leaves(nnx.state(grads, nnx.Param))
+
+
+def test_token_stream_maps_real_slots_both_ways():
+    seg = np.array([[1, 1, 2, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    index, of_slot = token_stream(seg, granule=4)
+    assert index.tolist() == [0, 1, 2, 4, 5, 6, 7, 0]  # 7 real tokens, padded to 8 (slot 0, never read)
+    assert of_slot.tolist() == [0, 1, 2, 8, 3, 4, 5, 6, 8, 8, 8, 8]  # padding slots read the zero at S
+    values = np.arange(12) + 100
+    assert np.concatenate([values[index], [0]])[of_slot].tolist() == [
+        *[100, 101, 102, 0],
+        *[104, 105, 106, 107],
+        *[0, 0, 0, 0],
+    ]
+    assert token_stream(np.zeros((2, 4), int), granule=4)[0].size == 4  # never an empty stream
+
+
+def test_stream_needs_a_single_data_shard():
+    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
+    with pytest.raises(ValueError, match="single data shard"):
+        _layouts(ex, row_multiple=2)
+
+
+@pytest.mark.parametrize(("family", "attention", "overrides"), CASES)
+def test_stream_equals_rows(family, attention, overrides):
+    """Reference/old log-probs and loss + gradients, head at completions and at rows, whole and chunked."""
+    model = tiny_model(family, seed=4, **overrides)
+    cfg = grpo_config()
+    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
+    stream, rows = _layouts(ex)
+    index, _ = stream.stream
+    real = int((rows.segment_ids > 0).sum())
+    assert rows.segment_ids.shape == (6, ROW) and real < index.size == 4 * ROW  # skips 2 padding rows
+    with_stream, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, layout=stream)
+    without, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, layout=rows)
+    assert without.stream_index is None
+    mask = np.asarray(ex.completion_mask)
+    for head_at, chunk in (("completions", 0), ("completions", 37), ("rows", 37)):
+        kw = {
+            "temperature": 0.7,
+            "attention": attention,
+            "block": BLOCK,
+            "vocab_chunk": chunk,
+            "head_at": head_at,
+        }
+        got = np.asarray(packed_completion_logps(model, [stream], **kw))
+        want = np.asarray(packed_completion_logps(model, [rows], **kw))
+        assert np.abs(want[mask]).min() > 0
+        assert np.abs(got - want).max() < 1e-5, (head_at, chunk)
+
+        loss = make_packed_grpo_loss_fn(attention=attention, block=BLOCK, vocab_chunk=chunk, head_at=head_at)
+        got_loss, got_aux, got_g = _grads(lambda m, f=loss: f(m, with_stream, cfg), model)
+        want_loss, want_aux, want_g = _grads(lambda m, f=loss: f(m, without, cfg), model)
+        assert abs(got_loss - want_loss) < 1e-5
+        for key in ("kl", "pg_loss", "entropy", "ppo_kl"):
+            assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
+        assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4
+        for g, w in zip(got_g, want_g, strict=True):
+            assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+
+
+def test_stream_shifted_by_one_token_is_caught():
+    model = tiny_model("qwen3", seed=4)
+    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
+    stream, rows = _layouts(ex)
+    index, of_slot = stream.stream
+    real = int((rows.segment_ids > 0).sum())
+    shifted = index.copy()
+    shifted[:real] = np.maximum(index[:real] - 1, 0)  # each stream token reads the slot before its own
+    broken = dataclasses.replace(stream, stream=(shifted, of_slot))
+    kw = {"temperature": 0.7, "attention": "blocked", "block": BLOCK, "head_at": "completions"}
+    want = np.asarray(packed_completion_logps(model, [rows], **kw))
+    assert np.abs(np.asarray(packed_completion_logps(model, [stream], **kw)) - want).max() < 1e-5
+    assert np.abs(np.asarray(packed_completion_logps(model, [broken], **kw)) - want).max() > 1e-3
+
+
+def test_layers_never_see_a_padding_column(monkeypatch):
+    """Every decoder layer runs on ``[1, S]`` stream tokens, ``S`` = real tokens rounded up to a row."""
+    model = tiny_model("qwen3", seed=4)
+    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
+    stream, rows = _layouts(ex)
+    seen = []
+    decoder = adapter._decoder
+
+    def spy(model, x, attn_fn):
+        seen.append(x.shape[:2])
+        return decoder(model, x, attn_fn)
+
+    monkeypatch.setattr(adapter, "_decoder", spy)
+    kw = {"temperature": 0.7, "attention": "blocked", "block": BLOCK, "head_at": "completions"}
+    for layout in (stream, rows):  # traced here, not through a cached jit
+        jax.eval_shape(
+            lambda layout=layout: packed_per_token_logps(model, PackedInputs(**layout.device_rows()), **kw)
+        )
+    real = int((rows.segment_ids > 0).sum())
+    assert seen == [(1, 4 * ROW), (6, ROW)] and real > 3 * ROW
