@@ -12,6 +12,7 @@ Reports in one run (JSON in ``--out``, default ``bench/results/packing.json``):
    ``real``: Qwen3-0.6B's real shape (``--real-layers`` 28 layers, all widths, vocabulary 151,936 tied,
    random weights) on prompt/completion lengths drawn like the v5e example's (``workload_gsm8k``);
    every model also runs ``packed-headc`` and ``tunix-headc`` (the head at completion columns only);
+   ``--arms`` may add ``packed-stream-headc`` (``packed-headc`` on the token stream, figures ``*stream*``);
 4. rows used vs rows computed; 5. data-parallel shard imbalance with and without balancing;
 6. host seconds per step (planning, index building, transfers) as % of the packed actor side.
 
@@ -102,6 +103,7 @@ def figures(res: dict, kind: str) -> dict:
     h = head_flop_share(WIDE, pk["layers"]) if kind != "tiny" else None
     s = pk["prompt_tokens"] / pk["real_tokens"]
     return {
+        **stream_figures(res, kind),
         "token_ratio_limit": limit,
         "packing_alone_speedup": alone,
         "packing_alone_pct_of_limit": 100 * alone / limit,
@@ -125,6 +127,23 @@ def figures(res: dict, kind: str) -> dict:
         "rows_used_per_step": pk["rows_used"] / pk["steps"],
         "rows_computed_per_step": pk["rows"] / pk["steps"],
         "host_pct_of_actor_step": 100 * pk["host_s"] / pk["actor_s"],
+    }
+
+
+def stream_figures(res: dict, kind: str) -> dict:
+    """The token stream's arm (``packed-stream-headc``, when run) against Tunix and ``packed-headc``."""
+    st = res.get(f"{kind}/packed-stream-headc")
+    if st is None:
+        return {}
+    t, pkh = res[f"{kind}/tunix"], res[f"{kind}/packed-headc"]
+    limit = st["padded_tokens"] / st["real_tokens"]
+    return {
+        "actor_side_speedup_packed_stream_headc": t["actor_s"] / st["actor_s"],
+        "actor_side_packed_stream_headc_over_limit": t["actor_s"] / st["actor_s"] / limit,
+        "stream_speedup_over_packed_headc": pkh["actor_s"] / st["actor_s"],
+        "stream_speedup_over_packed_headc_train": pkh["train_s"] / st["train_s"],
+        "stream_utilization": st["real_tokens"] / st["stream_tokens"],
+        "peak_packed_stream_headc_over_tunix": st["peak_rss_mib"] / t["peak_rss_mib"],
     }
 
 
