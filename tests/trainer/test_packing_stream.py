@@ -70,6 +70,23 @@ def test_token_stream_maps_real_slots_both_ways():
     assert token_stream(np.zeros((2, 4), int), granule=4)[0].size == 4  # never an empty stream
 
 
+def test_stream_sizes_reuse_within_a_bucket_step_and_grow_exactly():
+    cache = ShapeCache()  # stream_bits 3: buckets 16, 18, 20, ... (steps of 1/8 above 8 granules)
+    assert [cache.fit_stream(n) for n in (19, 19, 20, 18, 17, 9, 8)] == [19, 19, 20, 18, 18, 9, 8]
+    # 19 twice: one size; 20 is past 19; 18's bucket is 18, so 19 is too big for it; 17 reuses 18.
+    assert cache.streams == [19, 20, 18, 9, 8]
+
+
+def test_no_stream_where_it_would_skip_no_row():
+    ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
+    p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
+    layout = plan_layout(
+        p, p != PAD_ID, c, c != PAD_ID, ROW, pad_id=PAD_ID, attention_block=BLOCK, stream=True
+    )
+    assert layout.plan.num_rows == 4 and int((layout.segment_ids > 0).sum()) > 3 * ROW
+    assert layout.stream is None and "stream_index" not in layout.device_rows()
+
+
 def test_stream_needs_a_single_data_shard():
     ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
     with pytest.raises(ValueError, match="single data shard"):

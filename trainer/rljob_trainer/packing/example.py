@@ -169,9 +169,9 @@ def plan_layout(
     With ``row_multiple`` > 1 (the data-parallel width) the rows are then ordered so each shard's block
     of rows has near-equal cost ``len + attention_weight * len**2`` (default ``1 / row_len``: a full-row
     sequence's attention counts as much as its per-token work). ``stream``: also lay the real tokens out
-    as one stream (``rows.token_stream``, granule ``row_len``) so the blocked and dense forwards run
-    their per-token layers without the padding columns (single data shard only: the stream gathers
-    across rows).
+    as one stream (``rows.token_stream``, granules of ``row_len`` sized by ``shapes.fit_stream``) so the
+    blocked and dense forwards run their per-token layers without the padding columns; left out where
+    it would be as long as the rows. Single data shard only: the stream gathers across rows.
     """
     if stream and row_multiple > 1:
         raise ValueError(
@@ -215,8 +215,17 @@ def plan_layout(
         completion_index,
         bp,
         shard_imbalance(costs, row_multiple),
-        token_stream(rows.segment_ids, row_len) if stream else None,
+        _stream(rows.segment_ids, row_len, shapes) if stream else None,
     )
+
+
+def _stream(
+    segment_ids: np.ndarray, row_len: int, shapes: ShapeCache | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The token stream in granules of a row, sized by the run's cache; None where it would skip no row."""
+    need = max(1, -(-int((segment_ids > 0).sum()) // row_len))
+    granules = shapes.fit_stream(need) if shapes is not None else need
+    return token_stream(segment_ids, row_len, granules) if granules < len(segment_ids) else None
 
 
 def pack_train_example(

@@ -72,6 +72,7 @@ class ShapeCache:
     rows and pairs when a micro-batch is smaller than a compiled shape. ``max_rows`` caps the rows (a
     plan never uses more rows than it has sequences); ``max_pairs_per_row`` caps pairs per row
     (``nb * (nb + 1) / 2`` for ``nb`` attention blocks per row: full causal attention); 0 = no cap.
+    ``streams``: the token-stream sizes (``fit_stream``), a third dimension sized tighter than rows.
     """
 
     multiple_of: int = 1
@@ -79,7 +80,9 @@ class ShapeCache:
     max_waste: float = 2.0
     row_bits: int = 2
     pair_bits: int = 3
+    stream_bits: int = 3
     shapes: list[tuple[int, int]] = field(default_factory=list)
+    streams: list[int] = field(default_factory=list)
 
     def _round(self, n: int) -> int:
         return math.ceil(max(n, 1) / self.multiple_of) * self.multiple_of
@@ -108,6 +111,21 @@ class ShapeCache:
                 new_pairs = max(min(new_pairs, new_rows * self.max_pairs_per_row), pairs)
         self.shapes.append((new_rows, new_pairs))
         return new_rows, new_pairs
+
+    def fit_stream(self, need: int) -> int:
+        """Granules (rows' worth of tokens) of the token stream (``token_stream``) for ``need`` granules.
+
+        Why not the rows' coarse buckets: the stream exists to cut padding, so it is sized tightly. A
+        known size is reused when it holds the need within one ``stream_bits`` bucket step (at most
+        ``1/2**stream_bits`` extra); otherwise the need itself becomes a new size (one compile each, and
+        a run's needs span few values).
+        """
+        step = bucket_rows(need, mantissa_bits=self.stream_bits)
+        known = [s for s in self.streams if need <= s <= step]
+        if known:
+            return min(known)
+        self.streams.append(need)
+        return need
 
 
 @dataclass(frozen=True)
@@ -199,20 +217,25 @@ def plan_rows(
     return RowPlan(row_len, num_rows, rows_used, row, offset, lengths.astype(np.int32), segment)
 
 
-def token_stream(segment_ids: np.ndarray, granule: int) -> tuple[np.ndarray, np.ndarray]:
+def token_stream(
+    segment_ids: np.ndarray, granule: int, granules: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The real tokens of packed rows as one stream, for per-token work that should skip padding.
 
     Why: a packed row's tail and a bucket's empty rows are padding that every projection and MLP
     computes (10% of the columns on the real-shape benchmark). Only attention needs the row layout; the
     per-token layers can run on the real tokens alone, padded to ``ceil(T / granule) * granule`` so the
-    stream's length changes only with the lower bound of the row count (one compiled shape per value).
+    stream's length changes only with the lower bound of the row count (one compiled shape per value),
+    or to ``granules * granule`` (``ShapeCache.fit_stream``'s choice).
 
     Returns ``index`` ``[S]`` (flat slot in ``R * L`` of stream token ``s``, in row order; the stream's
     own padding points at slot 0 and is never read back) and ``of_slot`` ``[R * L]`` (the stream
     position of each slot; ``S`` for padding slots, which read an appended zero).
     """
     real = np.flatnonzero(np.asarray(segment_ids).reshape(-1) > 0)
-    size = max(1, math.ceil(real.size / granule)) * granule
+    size = (granules or max(1, math.ceil(real.size / granule))) * granule
+    if size < real.size:
+        raise ValueError(f"a stream of {size} tokens cannot hold {real.size} real tokens")
     index = np.zeros(size, np.int32)
     index[: real.size] = real
     of_slot = np.full(np.asarray(segment_ids).size, size, np.int32)
