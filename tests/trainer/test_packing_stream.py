@@ -59,10 +59,12 @@ def _grads(fn, model):
 def test_token_stream_maps_real_slots_both_ways():
     seg = np.array([[1, 1, 2, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
     index, of_slot = token_stream(seg, granule=4)
-    assert index.tolist() == [0, 1, 2, 4, 5, 6, 7, 0]  # 7 real tokens, padded to 8 (slot 0, never read)
+    assert index.tolist() == [0, 1, 2, 4, 5, 6, 7, 12]  # 7 real tokens, padded to 8 (the zero at R * L)
     assert of_slot.tolist() == [0, 1, 2, 8, 3, 4, 5, 6, 8, 8, 8, 8]  # padding slots read the zero at S
     values = np.arange(12) + 100
-    assert np.concatenate([values[index], [0]])[of_slot].tolist() == [
+    stream = np.r_[values, 0][index]  # what _move gathers: the appended zero at R * L
+    assert stream.tolist() == [100, 101, 102, 104, 105, 106, 107, 0]
+    assert np.r_[stream, 0][of_slot].tolist() == [
         *[100, 101, 102, 0],
         *[104, 105, 106, 107],
         *[0, 0, 0, 0],

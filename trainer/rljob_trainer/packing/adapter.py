@@ -215,18 +215,20 @@ def _on_stream(
     """``forward`` over the token stream ``[1, S]`` instead of the rows ``[R, L]``; returns ``[R, L, D]``.
 
     Every per-token operation (embedding, norms, projections, rope at each token's own position, MLP)
-    sees the ``S`` stream tokens only; the attention core gets its queries, keys and values scattered
-    back into rows (padding slots zero: segment id 0, never attended) and its output gathered to the
-    stream. Gathers both ways, so each value lands exactly where the row path computes it.
+    sees the ``S`` stream tokens only; the attention core gets its queries, keys and values moved
+    into rows (padding slots zero: segment id 0, never attended) and its output moved back to the
+    stream. Gathers both ways (``_move``), so each value lands exactly where the row path computes it.
     """
     R, L = tokens.shape
 
     def to_stream(a: jax.Array) -> jax.Array:
-        return a.reshape(R * L, *a.shape[2:])[index][None]
+        flat = a.reshape(R * L, *a.shape[2:])
+        if not jnp.issubdtype(a.dtype, jnp.floating):  # token ids, positions: no gradient
+            return jnp.concatenate([flat, jnp.zeros((1, *flat.shape[1:]), a.dtype)])[index][None]
+        return _move(flat, index, of_slot)[None]
 
     def to_rows(a: jax.Array) -> jax.Array:
-        flat = jnp.concatenate([a[0], jnp.zeros((1, *a.shape[2:]), a.dtype)])
-        return flat[of_slot].reshape(R, L, *a.shape[2:])
+        return _move(a[0], of_slot, index).reshape(R, L, *a.shape[2:])
 
     def attend_rows(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
         return to_stream(attend(to_rows(q), to_rows(k), to_rows(v), scale))
@@ -324,6 +326,32 @@ def _qwen2_splash(model: Any, tokens: jax.Array, positions: jax.Array, ids: jax.
         return a.block(x, None, None, sin, cos, segment_ids=ids)[1]
 
     return _decoder(model, x, attn_fn)
+
+
+@jax.custom_vjp
+def _move(x: jax.Array, take: jax.Array, back: jax.Array) -> jax.Array:
+    """``x`` with a zero row appended, gathered at ``take``; ``back`` is the inverse map.
+
+    Why a custom VJP: autodiff transposes a gather into a scatter-add, a serial loop on XLA's CPU
+    backend, four per layer and pass. The stream maps are a bijection between real slots and stream
+    positions (``rows.token_stream``; padding reads the appended zero row and is read by nobody), so the
+    transpose is the gather the other way: ``g`` with a zero row, gathered at ``back``.
+    """
+    return jnp.concatenate([x, jnp.zeros((1, *x.shape[1:]), x.dtype)])[take]
+
+
+def _move_fwd(
+    x: jax.Array, take: jax.Array, back: jax.Array
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return _move(x, take, back), (take, back)
+
+
+def _move_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, None, None]:
+    take, back = res
+    return _move(g, back, take), None, None
+
+
+_move.defvjp(_move_fwd, _move_bwd)
 
 
 _SPLASH: dict[str, Callable[[Any, jax.Array, jax.Array, jax.Array], jax.Array]] = {

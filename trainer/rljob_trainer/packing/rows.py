@@ -228,15 +228,16 @@ def token_stream(
     stream's length changes only with the lower bound of the row count (one compiled shape per value),
     or to ``granules * granule`` (``ShapeCache.fit_stream``'s choice).
 
-    Returns ``index`` ``[S]`` (flat slot in ``R * L`` of stream token ``s``, in row order; the stream's
-    own padding points at slot 0 and is never read back) and ``of_slot`` ``[R * L]`` (the stream
-    position of each slot; ``S`` for padding slots, which read an appended zero).
+    Returns ``index`` ``[S]`` (flat slot in ``R * L`` of stream token ``s``, in row order; ``R * L`` for
+    the stream's own padding, which reads an appended zero and is never read back) and ``of_slot``
+    ``[R * L]`` (the stream position of each slot; ``S`` for padding slots, which read an appended
+    zero). The two are inverse maps on the real tokens, so each is the other's transpose.
     """
     real = np.flatnonzero(np.asarray(segment_ids).reshape(-1) > 0)
     size = (granules or max(1, math.ceil(real.size / granule))) * granule
     if size < real.size:
         raise ValueError(f"a stream of {size} tokens cannot hold {real.size} real tokens")
-    index = np.zeros(size, np.int32)
+    index = np.full(size, np.asarray(segment_ids).size, np.int32)
     index[: real.size] = real
     of_slot = np.full(np.asarray(segment_ids).size, size, np.int32)
     of_slot[real] = np.arange(real.size, dtype=np.int32)
