@@ -219,6 +219,8 @@ def main() -> None:
             r = json.loads(out.strip().splitlines()[-1])
             r["load_before"], r["load_after"] = load0, load()
             doc["arms"][f"{kind}/{arm}"] = r
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")  # each arm as soon as it is done
             print(
                 f"{kind}/{arm}: train {r['train_s']:.2f} s, actor side {r['actor_s']:.2f} s, load {r['load_after']}",
                 file=sys.stderr,

@@ -51,8 +51,10 @@ def test_loss_and_grads_packed_equal_unpacked(grpo_case, family, attention, over
     )
 
 
-def run_step(learner_cls, **kwargs):
-    cluster = tiny_cluster("qwen3", max_prompt=8, max_completion=24, mini_batch=2, micro_batch=1, beta=0.04)
+def run_step(learner_cls, micro_batch=1, **kwargs):
+    cluster = tiny_cluster(
+        "qwen3", max_prompt=8, max_completion=24, mini_batch=2, micro_batch=micro_batch, beta=0.04
+    )
     cfg = grpo_config(num_iterations=2)
     cfg.num_generations = 2
     learner = learner_cls(rl_cluster=cluster, algo_config=cfg, reward_fns=[length_reward], **kwargs)
@@ -78,6 +80,21 @@ def test_packed_step_makes_the_same_updates_as_unpacked():
     )  # 2 mini x 2 micro, packed once, reused per iteration  # one packed [rows, 32] batch per micro-batch
     moved = max(np.abs(p - q).max() for p, q in zip(params_u, run_initial_params(), strict=True))
     assert moved > 1e-6  # training did change the weights
+    for p, q in zip(params_p, params_u, strict=True):
+        assert np.abs(p - q).max() < 1e-5
+
+
+def test_packed_step_on_the_token_stream_makes_the_same_updates_as_unpacked():
+    """As above with micro-batches of 2 prompts x 2 generations on rows of 40 (one ~28-token sequence
+    each): the per-token layers run on the token stream (fewer rows' worth than rows), the reference and
+    old-policy passes too, and the optimizer updates are still the unpacked ones."""
+    _, steps_u, iters_u, params_u = run_step(GRPOLearner, micro_batch=2)
+    learner, steps_p, iters_p, params_p = run_step(
+        PackedGRPOLearner, micro_batch=2, row_tokens=40, attention_block=8
+    )
+    stats = learner.packing_stats
+    assert learner.stream and stats.streamed > 0, (stats.streamed, stats.micro_batches)
+    assert (steps_p, iters_p) == (steps_u, iters_u)
     for p, q in zip(params_p, params_u, strict=True):
         assert np.abs(p - q).max() < 1e-5
 

@@ -32,7 +32,7 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import vanilla_rollout
 
-from rljob_trainer.packing.adapter import family_of, resolve_attention, splash_block
+from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_attention, splash_block
 from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack_train_example, plan_layout
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import packed_completion_logps
@@ -55,6 +55,7 @@ class PackingStats:
     last_utilization: float = 0.0
     last_shard_imbalance: float = 1.0  # max / mean estimated row cost over data-parallel shards
     host_seconds: float = 0.0  # row planning, index building and host-to-device transfers, all passes
+    streamed: int = 0  # micro-batches whose per-token layers ran on the token stream (skipped a row)
 
     def add(self, plan: RowPlan) -> None:
         self.micro_batches += 1
@@ -166,12 +167,21 @@ class PackedGRPOLearner(GRPOLearner):
             vocab_chunk = auto_vocab_chunk(family_of(model), vocab, self.attention)
         if vocab_chunk and self.attention == "splash":
             raise ValueError("a chunked vocabulary head needs blocked or dense packed attention, not splash")
+        # The token stream (``rows.token_stream``): per-token layers skip the rows' padding columns. It
+        # gathers across rows, so a single data shard only, and it needs the project's own forward.
+        self.stream = (
+            row_multiple == 1
+            and self.attention in ("blocked", "dense")
+            and family_of(rl_cluster.actor_trainer.model) in BLOCKED_FAMILIES
+        )
         log.info(
-            "packing: rows of %d tokens, %s attention (block %d), vocabulary head in chunks of %s tokens",
+            "packing: rows of %d tokens, %s attention (block %d), vocabulary head in chunks of %s tokens, "
+            "token stream %s",
             row_tokens,
             self.attention,
             self.attention_block,
             vocab_chunk or "all",
+            "on" if self.stream else "off",
         )
         self.vocab_chunk = vocab_chunk
         self.packing_stats = PackingStats()
@@ -239,6 +249,7 @@ class PackedGRPOLearner(GRPOLearner):
             attention_block=self.attention_block if self.attention == "blocked" else None,
             row_multiple=self.row_multiple,
             shapes=self.shapes,
+            stream=self.stream,
         )
         self.packing_stats.host_seconds += time.perf_counter() - started
         return layout
@@ -292,6 +303,7 @@ class PackedGRPOLearner(GRPOLearner):
             if mode == rl_cluster_lib.Mode.TRAIN:
                 self.packing_stats.add(plan)
                 self.packing_stats.last_shard_imbalance = layout.shard_imbalance
+                self.packing_stats.streamed += layout.stream is not None
             self.rl_cluster.buffer_metrics(
                 {
                     "packing/row_utilization": (plan.utilization, np.mean),
