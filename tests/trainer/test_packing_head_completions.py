@@ -24,6 +24,7 @@ from rljob_trainer.packing.logps import (
 from rljob_trainer.packing.loss import head_at_completions, make_packed_grpo_loss_fn
 from rljob_trainer.packing.testing import (
     EOS_ID,
+    FORWARD_CASES,
     PAD_ID,
     grpo_config,
     random_train_example,
@@ -35,14 +36,6 @@ from tunix.rl.algo_core import grpo_loss_fn
 ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
 PROMPTS = [4, 2, 3, 1, 4, 2, 1, 3]
 COMPLETIONS = [28, 5, 20, 1, 9, 13, 2, 7]
-CASES = [  # family, attention, config overrides (untied heads where named)
-    ("qwen3", "blocked", {}),
-    ("qwen3", "dense", {"use_tied_embedding": False}),
-    ("qwen2", "blocked", {"use_tied_embedding": False}),
-    ("qwen2", "dense", {}),
-    ("llama3", "blocked", {"weight_tying": False}),
-    ("llama3", "dense", {}),
-]
 
 
 def _grads(fn, model):
@@ -112,7 +105,7 @@ def test_counted_head_gradients_equal_autodiff(terms):
     assert not np.asarray(gx[12:]).any()
 
 
-@pytest.mark.parametrize(("family", "attention", "overrides"), CASES)
+@pytest.mark.parametrize(("family", "attention", "overrides"), FORWARD_CASES)
 def test_head_at_completions_equals_whole_rows(family, attention, overrides):
     """Packed rows: reference/old log-probs, loss and gradients, whole head and chunked (37 tokens)."""
     model = tiny_model(family, seed=4, **overrides)

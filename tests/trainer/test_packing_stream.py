@@ -18,19 +18,11 @@ from rljob_trainer.packing.example import pack_train_example, plan_layout
 from rljob_trainer.packing.logps import PackedInputs, packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
 from rljob_trainer.packing.rows import ShapeCache, token_stream
-from rljob_trainer.packing.testing import PAD_ID, grpo_config, random_train_example, tiny_model
+from rljob_trainer.packing.testing import FORWARD_CASES, PAD_ID, grpo_config, random_train_example, tiny_model
 
 ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
 PROMPTS = [4, 2, 3, 1, 4, 2, 1, 3]
 COMPLETIONS = [28, 5, 20, 1, 9, 13, 2, 7]
-CASES = [  # family, attention, config overrides
-    ("qwen3", "blocked", {}),
-    ("qwen3", "dense", {"use_tied_embedding": False}),
-    ("qwen2", "blocked", {"use_tied_embedding": False}),
-    ("qwen2", "dense", {}),
-    ("llama3", "blocked", {"weight_tying": False}),
-    ("llama3", "dense", {}),
-]
 
 
 def _layouts(example, **kw):
@@ -95,7 +87,7 @@ def test_stream_needs_a_single_data_shard():
         _layouts(ex, row_multiple=2)
 
 
-@pytest.mark.parametrize(("family", "attention", "overrides"), CASES)
+@pytest.mark.parametrize(("family", "attention", "overrides"), FORWARD_CASES)
 def test_stream_equals_rows(family, attention, overrides):
     """Reference/old log-probs and loss + gradients, head at completions and at rows, whole and chunked."""
     model = tiny_model(family, seed=4, **overrides)

@@ -19,6 +19,15 @@ FAMILIES = ("qwen3", "qwen2", "llama3", "gemma3")
 VOCAB = 256
 PAD_ID = 0
 EOS_ID = 1
+# The project's own forward (blocked and dense attention) on each family it covers, tied and untied heads.
+FORWARD_CASES = [  # family, attention, config overrides
+    ("qwen3", "blocked", {}),
+    ("qwen3", "dense", {"use_tied_embedding": False}),
+    ("qwen2", "blocked", {"use_tied_embedding": False}),
+    ("qwen2", "dense", {}),
+    ("llama3", "blocked", {"weight_tying": False}),
+    ("llama3", "dense", {}),
+]
 
 _COMMON = {
     "num_layers": 2,
