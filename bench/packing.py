@@ -102,8 +102,14 @@ def figures(res: dict, kind: str) -> dict:
     # of the real tokens): limit / (1 - h s). Tiny model: no figure (its head is not chunked).
     h = head_flop_share(WIDE, pk["layers"]) if kind != "tiny" else None
     s = pk["prompt_tokens"] / pk["real_tokens"]
+    goal = limit / (1 - h * s) if h is not None else None
+    stream = stream_figures(res, kind)
+    if stream and goal is not None:  # the learner's configuration against the same goal
+        stream["actor_side_packed_stream_headc_pct_of_goal"] = (
+            100 * stream["actor_side_speedup_packed_stream_headc"] / goal
+        )
     return {
-        **stream_figures(res, kind),
+        **stream,
         "token_ratio_limit": limit,
         "packing_alone_speedup": alone,
         "packing_alone_pct_of_limit": 100 * alone / limit,
@@ -119,7 +125,8 @@ def figures(res: dict, kind: str) -> dict:
         "prompt_share_of_real_tokens": pk["prompt_tokens"] / pk["real_tokens"],
         "columns_off_the_head_vs_tunix": head_share,
         "head_flop_share": h,
-        "actor_side_goal_packed_headc": limit / (1 - h * s) if h is not None else None,
+        "actor_side_goal_packed_headc": goal,
+        "actor_side_packed_headc_pct_of_goal": 100 * t["actor_s"] / pkh["actor_s"] / goal if goal else None,
         "peak_rss_mib": {arm: res[f"{kind}/{arm}"]["peak_rss_mib"] for arm in ARMS},
         "peak_packed_headc_over_tunix": pkh["peak_rss_mib"] / t["peak_rss_mib"],
         "rows_used_utilization": pk["real_tokens"] / (pk["rows_used"] * pk["row"]),
