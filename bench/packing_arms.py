@@ -65,6 +65,16 @@ def workload_gsm8k(row: int, batch: int, steps: int, seed: int) -> list[tuple[li
     return out
 
 
+def real_micro_batch(i: int, row: int = 256, batch: int = 48, steps: int = 3, seed: int = 0) -> Any:
+    """Micro-batch ``i`` of the real-shape run as ``run_arm`` builds it (defaults: the run of record's
+    ``--real-row 256 --real-batch 48 --real-steps 3``), for the scripts that look into one of them."""
+    from rljob_trainer.packing.testing import random_train_example
+
+    p, c = workload_gsm8k(row, batch, steps, seed)[i]
+    max_p = round(0.375 * row)
+    return random_train_example(p, c, max_prompt=max_p, max_completion=row - max_p, seed=i)
+
+
 def workload(row: int, batch: int, steps: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """Per step: (prompt lengths, completion lengths), seed-shaped: prompts ~0.9-1.5% of the row,
     completions gamma-distributed with mean ~36% of the row, one sequence exactly a row long."""

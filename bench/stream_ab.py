@@ -20,18 +20,17 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
-from packing_arms import WIDE, workload_gsm8k  # noqa: E402
+from packing_arms import WIDE, real_micro_batch  # noqa: E402
 from rljob_trainer.packing import adapter  # noqa: E402
 from rljob_trainer.packing.example import plan_layout  # noqa: E402
 from rljob_trainer.packing.rows import ShapeCache  # noqa: E402
-from rljob_trainer.packing.testing import PAD_ID, random_train_example, tiny_model  # noqa: E402
+from rljob_trainer.packing.testing import PAD_ID, tiny_model  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__)
 ap.add_argument("--layers", type=int, default=4)
 ap.add_argument("--reps", type=int, default=3)
 a = ap.parse_args()
-p, c = workload_gsm8k(256, 48, 3, 0)[2]
-ex = random_train_example(p, c, max_prompt=96, max_completion=160, seed=2)
+ex = real_micro_batch(2)
 P, C = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
 cache = ShapeCache(max_pairs_per_row=3, shapes=[(24, 64)])
 lay = plan_layout(
