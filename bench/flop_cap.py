@@ -1,0 +1,112 @@
+"""The FLOP model of the real-shape actor side: what ratio the learner's layout allows before any
+kernel runs, against the issue's goal ``limit / (1 - h s)``.
+
+Why: the goal counts a real token's layer and head FLOPs only (no padding, no attention). The learner
+as run (``packed-stream-headc``) computes some padding that the goal does not: the token stream in
+whole rows' worth of tokens (and a known stream size reused within one bucket step), the head in whole
+chunks of ``--chunk`` completion tokens, and the shape cache's bucketed block pairs. This script plans
+the real-shape run's micro-batches exactly as ``bench/packing_arms.run_arm`` does (same
+``ShapeCache``, ``plan_layout(stream=True)``) and counts matmul FLOPs of one forward pass (the train
+step's backward and per-layer remat multiply both arms alike):
+
+* ``tunix``: ``[B, row]`` through every layer (projections + MLP), dense ``[row, row]`` attention per
+  sequence, the head at every column;
+* ``learner``: the stream's tokens through the layers, each computed block pair (``block x block``),
+  the head over whole chunks of completion tokens;
+* ``no_padding``: the learner with real tokens, valid pairs and completion tokens only.
+
+The ratios ``tunix / learner`` are the best the measured actor-side speed-up can be if every FLOP
+costs the same in both arms. JSON on stdout (recorded: bench/results/flop_cap.json).
+
+    JAX_PLATFORMS=cpu .venv/bin/python bench/flop_cap.py
+"""
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
+
+import numpy as np  # noqa: E402
+from packing import head_flop_share  # noqa: E402
+from packing_arms import WIDE, real_micro_batch  # noqa: E402
+from rljob_trainer.packing.example import plan_layout  # noqa: E402
+from rljob_trainer.packing.rows import ShapeCache  # noqa: E402
+from rljob_trainer.packing.testing import PAD_ID  # noqa: E402
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--row", type=int, default=256)
+ap.add_argument("--batch", type=int, default=48)
+ap.add_argument("--steps", type=int, default=3)
+ap.add_argument("--layers", type=int, default=28)
+ap.add_argument("--block", type=int, default=128)
+ap.add_argument("--chunk", type=int, default=256)
+a = ap.parse_args()
+
+D, V = WIDE["embed_dim"], WIDE["vocab_size"]
+Q, KV = WIDE["num_heads"] * WIDE["head_dim"], WIDE["num_kv_heads"] * WIDE["head_dim"]
+LAYER = 2 * (D * (2 * Q + 2 * KV) + 3 * D * WIDE["hidden_dim"])  # FLOPs per token per layer
+HEAD = 2 * D * V  # FLOPs per token of the head
+SCORES = 2 * 2 * Q  # FLOPs per (query, key) position pair: q.k and p.v over all heads
+
+
+def flops(tokens: int, pairs_positions: int, head_tokens: int) -> float:
+    return a.layers * (tokens * LAYER + pairs_positions * SCORES) + head_tokens * HEAD
+
+
+nb = a.row // a.block
+cache = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2)  # as run_arm makes it
+per_mb, tot = [], {"tunix": 0.0, "learner": 0.0, "no_padding": 0.0}
+real_all = prompt_all = 0
+for i in range(a.steps):
+    ex = real_micro_batch(i, a.row, a.batch, a.steps)
+    p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
+    lay = plan_layout(
+        p,
+        p != PAD_ID,
+        c,
+        c != PAD_ID,
+        a.row,
+        pad_id=PAD_ID,
+        attention_block=a.block,
+        shapes=cache,
+        stream=True,
+    )
+    prompt, compl = int(np.asarray(ex.prompt_mask).sum()), int(np.asarray(ex.completion_mask).sum())
+    real, stream = prompt + compl, int(lay.stream[0].size)
+    chunks = math.ceil(compl / a.chunk)
+    mb = {
+        "real_tokens": real,
+        "completion_tokens": compl,
+        "stream_tokens": stream,
+        "head_chunks": chunks,
+        "pairs_computed": int(lay.pairs.valid.size),
+        "pairs_valid": lay.pairs.count,
+        "tunix": flops(a.batch * a.row, a.batch * a.row * a.row, a.batch * a.row),
+        "learner": flops(stream, lay.pairs.valid.size * a.block**2, chunks * a.chunk),
+        "no_padding": flops(real, lay.pairs.count * a.block**2, compl),
+    }
+    mb["ratio"] = mb["tunix"] / mb["learner"]
+    per_mb.append(mb)
+    for k in tot:
+        tot[k] += mb[k]
+    real_all, prompt_all = real_all + real, prompt_all + prompt
+
+limit = a.steps * a.batch * a.row / real_all
+h, s = head_flop_share(WIDE, a.layers), prompt_all / real_all
+goal = limit / (1 - h * s)
+out = {
+    "args": vars(a),
+    "micro_batches": per_mb,
+    "token_ratio_limit": limit,
+    "goal": goal,
+    "cap_as_run": tot["tunix"] / tot["learner"],
+    "cap_as_run_pct_of_goal": 100 * tot["tunix"] / tot["learner"] / goal,
+    "cap_no_padding": tot["tunix"] / tot["no_padding"],
+    "cap_no_padding_pct_of_goal": 100 * tot["tunix"] / tot["no_padding"] / goal,
+    "attention_share_tunix": a.layers * a.steps * a.batch * a.row**2 * SCORES / tot["tunix"],
+}
+print(json.dumps(out, indent=1))
