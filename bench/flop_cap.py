@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
 
 import numpy as np  # noqa: E402
-from packing import head_flop_share  # noqa: E402
+from packing import head_flop_share, layer_params  # noqa: E402
 from packing_arms import WIDE, real_micro_batch  # noqa: E402
 from rljob_trainer.packing.example import plan_layout  # noqa: E402
 from rljob_trainer.packing.rows import ShapeCache  # noqa: E402
@@ -46,11 +46,9 @@ ap.add_argument("--block", type=int, default=128)
 ap.add_argument("--chunk", type=int, default=256)
 a = ap.parse_args()
 
-D, V = WIDE["embed_dim"], WIDE["vocab_size"]
-Q, KV = WIDE["num_heads"] * WIDE["head_dim"], WIDE["num_kv_heads"] * WIDE["head_dim"]
-LAYER = 2 * (D * (2 * Q + 2 * KV) + 3 * D * WIDE["hidden_dim"])  # FLOPs per token per layer
-HEAD = 2 * D * V  # FLOPs per token of the head
-SCORES = 2 * 2 * Q  # FLOPs per (query, key) position pair: q.k and p.v over all heads
+LAYER = 2 * layer_params(WIDE)  # FLOPs per token per layer
+HEAD = 2 * WIDE["embed_dim"] * WIDE["vocab_size"]  # FLOPs per token of the head
+SCORES = 2 * 2 * WIDE["num_heads"] * WIDE["head_dim"]  # per (query, key) pair: q.k and p.v, all heads
 
 
 def flops(tokens: int, pairs_positions: int, head_tokens: int) -> float:

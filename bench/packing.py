@@ -75,14 +75,20 @@ def shard_balance(a: argparse.Namespace, widths: tuple[int, ...] = (4, 8)) -> di
     return out
 
 
-def head_flop_share(dims: dict, layers: int) -> float:
-    """The vocabulary head's share of a real token's matmul FLOPs (forward or backward alike): head
-    ``D x V`` against the decoder's ``layers`` x (q, k, v, o projections + gated MLP); attention scores
-    (a few % at rows of 256) left out."""
+def layer_params(dims: dict) -> int:
+    """Matmul weights of one decoder layer: q, k, v, o projections + gated MLP (a token's FLOPs
+    through the layer are twice this)."""
     d, h = dims["embed_dim"], dims["hidden_dim"]
     q, kv = dims["num_heads"] * dims["head_dim"], dims["num_kv_heads"] * dims["head_dim"]
-    layer = d * (2 * q + 2 * kv) + 3 * d * h
-    return d * dims["vocab_size"] / (d * dims["vocab_size"] + layers * layer)
+    return d * (2 * q + 2 * kv) + 3 * d * h
+
+
+def head_flop_share(dims: dict, layers: int) -> float:
+    """The vocabulary head's share of a real token's matmul FLOPs (forward or backward alike): head
+    ``D x V`` against the decoder's ``layers`` x ``layer_params``; attention scores (a few % at rows of
+    256) left out."""
+    d = dims["embed_dim"]
+    return d * dims["vocab_size"] / (d * dims["vocab_size"] + layers * layer_params(dims))
 
 
 def figures(res: dict, kind: str) -> dict:
