@@ -12,7 +12,8 @@ step's backward and per-layer remat multiply both arms alike):
 * ``tunix``: ``[B, row]`` through every layer (projections + MLP), dense ``[row, row]`` attention per
   sequence, the head at every column;
 * ``learner``: the stream's tokens through the layers, each computed block pair (``block x block``),
-  the head over whole chunks of completion tokens;
+  the last layer's MLP and the head over whole chunks of completion tokens
+  (``adapter.last_layer_tail``; ``learner_mlp_everywhere``: that MLP at every stream token, as before);
 * ``no_padding``: the learner with real tokens, valid pairs and completion tokens only.
 
 The ratios ``tunix / learner`` are the best the measured actor-side speed-up can be if every FLOP
@@ -49,15 +50,18 @@ a = ap.parse_args()
 LAYER = 2 * layer_params(WIDE)  # FLOPs per token per layer
 HEAD = 2 * WIDE["embed_dim"] * WIDE["vocab_size"]  # FLOPs per token of the head
 SCORES = 2 * 2 * WIDE["num_heads"] * WIDE["head_dim"]  # per (query, key) pair: q.k and p.v, all heads
+MLP = 2 * 3 * WIDE["embed_dim"] * WIDE["hidden_dim"]  # FLOPs per token of one layer's gated MLP
 
 
-def flops(tokens: int, pairs_positions: int, head_tokens: int) -> float:
-    return a.layers * (tokens * LAYER + pairs_positions * SCORES) + head_tokens * HEAD
+def flops(tokens: int, pairs_positions: int, head_tokens: int, tail_tokens: int | None = None) -> float:
+    """One forward pass; ``tail_tokens``: the tokens the last layer's MLP runs at (default: all)."""
+    skipped = 0 if tail_tokens is None else tokens - tail_tokens
+    return a.layers * (tokens * LAYER + pairs_positions * SCORES) - skipped * MLP + head_tokens * HEAD
 
 
 nb = a.row // a.block
 cache = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2)  # as run_arm makes it
-per_mb, tot = [], {"tunix": 0.0, "learner": 0.0, "no_padding": 0.0}
+per_mb, tot = [], {"tunix": 0.0, "learner": 0.0, "learner_mlp_everywhere": 0.0, "no_padding": 0.0}
 real_all = prompt_all = 0
 for i in range(a.steps):
     ex = real_micro_batch(i, a.row, a.batch, a.steps)
@@ -84,8 +88,9 @@ for i in range(a.steps):
         "pairs_computed": int(lay.pairs.valid.size),
         "pairs_valid": lay.pairs.count,
         "tunix": flops(a.batch * a.row, a.batch * a.row * a.row, a.batch * a.row),
-        "learner": flops(stream, lay.pairs.valid.size * a.block**2, chunks * a.chunk),
-        "no_padding": flops(real, lay.pairs.count * a.block**2, compl),
+        "learner": flops(stream, lay.pairs.valid.size * a.block**2, chunks * a.chunk, chunks * a.chunk),
+        "learner_mlp_everywhere": flops(stream, lay.pairs.valid.size * a.block**2, chunks * a.chunk),
+        "no_padding": flops(real, lay.pairs.count * a.block**2, compl, compl),
     }
     mb["ratio"] = mb["tunix"] / mb["learner"]
     per_mb.append(mb)
@@ -103,6 +108,8 @@ out = {
     "goal": goal,
     "cap_as_run": tot["tunix"] / tot["learner"],
     "cap_as_run_pct_of_goal": 100 * tot["tunix"] / tot["learner"] / goal,
+    "cap_mlp_everywhere": tot["tunix"] / tot["learner_mlp_everywhere"],
+    "cap_mlp_everywhere_pct_of_goal": 100 * tot["tunix"] / tot["learner_mlp_everywhere"] / goal,
     "cap_no_padding": tot["tunix"] / tot["no_padding"],
     "cap_no_padding_pct_of_goal": 100 * tot["tunix"] / tot["no_padding"] / goal,
     "attention_share_tunix": a.layers * a.steps * a.batch * a.row**2 * SCORES / tot["tunix"],

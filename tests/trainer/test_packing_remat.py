@@ -41,30 +41,28 @@ def _grads(model, packed, *, remat: bool, vocab_chunk: int, monkeypatch) -> tupl
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("vocab_chunk", [0, 24])
 def test_remat_changes_no_number(monkeypatch, family, dtype, vocab_chunk):
-    graph, state = nnx.split(tiny_model(family))
-    leaves, tree = jax.tree.flatten(state)
-    rng = np.random.default_rng(0)  # Tunix starts the MLP at zero: random weights so it gets gradients
-    leaves = [
-        x if np.abs(x).max() > 0 else jnp.asarray(rng.normal(0, 0.05, x.shape), x.dtype) for x in leaves
-    ]
-    model = nnx.merge(graph, jax.tree.map(lambda x: x.astype(dtype), jax.tree.unflatten(tree, leaves)))
+    graph, state = nnx.split(tiny_model(family))  # every parameter random, the MLP's too
+    model = nnx.merge(graph, jax.tree.map(lambda x: x.astype(dtype), state))
     ex = random_train_example([4, 2, 3, 1], [20, 5, 9, 13], max_prompt=4, max_completion=20, seed=1)
     packed, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
     loss, grads = _grads(model, packed, remat=True, vocab_chunk=vocab_chunk, monkeypatch=monkeypatch)
     want_loss, want_grads = _grads(
         model, packed, remat=False, vocab_chunk=vocab_chunk, monkeypatch=monkeypatch
     )
-    assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
+    # The GRPO loss sums terms of either sign (advantages are zero-mean per group), so float32 rounding
+    # follows the terms' scale (~1e-2 here), not their sum's (2e-3 for one case).
+    assert abs(loss - want_loss) <= 1e-5 * max(abs(want_loss), 1e-2)
     assert len(grads) == len(want_grads)
     nonzero = 0
     for got, want in zip(grads, want_grads, strict=True):
         got, want = got.astype(np.float32), want.astype(np.float32)
         if dtype == jnp.float32:  # float32 rounding, relative to the leaf's largest gradient
             assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
-        else:  # bf16: a float32 rounding difference flips the rounding of a few elements by one ulp
+        else:  # bf16: a float32 rounding difference flips the rounding of a few elements by an ulp or
+            # two (two: seen once, on a small element of a gradient summed from terms of either sign)
             diff = np.abs(got - want)
-            assert (diff <= 2.0**-7 * np.maximum(np.abs(got), np.abs(want)) + 1e-4 * np.abs(want).max()).all()
-            assert (diff > 0).sum() <= max(2, diff.size // 100)  # measured: 0-9 of 2-8 thousand, 0-2 of 64
+            assert (diff <= 2.0**-6 * np.maximum(np.abs(got), np.abs(want)) + 1e-4 * np.abs(want).max()).all()
+            assert (diff > 0).sum() <= max(2, diff.size // 100)  # measured: 0-13 of 2-16 thousand, 0-2 of 64
         nonzero += bool(np.abs(want).max() > 0)
     assert nonzero == len(grads)
 

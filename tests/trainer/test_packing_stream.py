@@ -148,9 +148,9 @@ def test_layers_never_see_a_padding_column(monkeypatch):
     seen = []
     decoder = adapter._decoder
 
-    def spy(model, x, attn_fn):
+    def spy(model, x, attn_fn, split_last=False):
         seen.append(x.shape[:2])
-        return decoder(model, x, attn_fn)
+        return decoder(model, x, attn_fn, split_last)
 
     monkeypatch.setattr(adapter, "_decoder", spy)
     kw = {"temperature": 0.7, "attention": "blocked", "block": BLOCK, "head_at": "completions"}

@@ -100,5 +100,6 @@ def test_unpacked_learner_trains_as_tunix_grpo_learner(monkeypatch: pytest.Monke
         assert {"reference", "old_logps", "train"} <= set(u.phase_seconds)
     po, pt = _final_params(ours), _final_params(tunix)
     assert po.keys() == pt.keys()
-    for name in po:
-        np.testing.assert_allclose(po[name], pt[name], atol=1e-4, err_msg=name)
+    for name in po:  # Adam at lr 0.01 turns gradient rounding on near-zero-gradient elements into steps
+        # of ~1e-4 (seen: 1.3e-4 on one element of 2,048 on another CPU); a column-shifted head: 3.9e-3
+        np.testing.assert_allclose(po[name], pt[name], atol=5e-4, err_msg=name)

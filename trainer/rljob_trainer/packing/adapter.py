@@ -29,6 +29,7 @@ final norm (``packed_hidden``; the head is applied whole by ``packed_logits`` or
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -171,6 +172,7 @@ def packed_hidden(
     kv: jax.Array | None = None,
     splash: bool = False,
     stream: tuple[jax.Array, jax.Array] | None = None,
+    split_last: bool = False,
 ) -> jax.Array:
     """Final-norm hidden states ``[R, L, D]`` (the head's input) of the blocked forward (qwen3/qwen2/llama3).
 
@@ -181,8 +183,12 @@ def packed_hidden(
     decoder on the ``segments`` path (``maxtext_head.final_hidden``; ``kv`` as in splash).
     ``stream`` (``rows.token_stream``'s ``(index, of_slot)``, blocked/dense only): the embedding, norms,
     projections and MLP run on the real tokens alone; only the attention core sees rows (``_on_stream``).
+    ``split_last`` (blocked/dense only): stop at the last layer's attention residual; ``last_layer_tail``
+    applies its MLP and the final norm, at the columns whose states are used only.
     """
     family = family_of(model)
+    if split_last and (splash or family not in BLOCKED_FAMILIES):
+        raise ValueError(f"split_last needs the blocked/dense forward of {BLOCKED_FAMILIES}")
     if family in SEGMENT_FAMILIES:
         return maxtext_head.final_hidden(model, tokens, positions, segment_ids if kv is None else kv)
     if splash:
@@ -198,9 +204,28 @@ def packed_hidden(
             return dense_attention(q, k, v, segment_ids, scale=scale, kv_segment_ids=kv)
         return blocked_attention(q, k, v, segment_ids, pairs, block=block, scale=scale, kv_segment_ids=kv)
 
+    forward = functools.partial(_BLOCKED[family], split_last=split_last)
     if stream is None:
-        return _BLOCKED[family](model, tokens, positions, attend)
-    return _on_stream(_BLOCKED[family], model, tokens, positions, attend, *stream)
+        return forward(model, tokens, positions, attend)
+    return _on_stream(forward, model, tokens, positions, attend, *stream)
+
+
+def last_layer_tail(model: Any) -> Callable[[jax.Array], jax.Array]:
+    """What ``packed_hidden(split_last=True)`` leaves out, as a function of ``[..., D]`` states: the last
+    layer's MLP residual and the final norm, the same operations as the whole forward applies.
+
+    Why: both are per-token and feed only the head, so where the head runs at completion columns only
+    (``head.completion_head_logps``) they can too: prompt columns skip the last layer's MLP (60% of a
+    layer's FLOPs at Qwen3-0.6B width). The layer and norm are split out of the model here and merged
+    inside, so the function can run in a loop's trace (``head_loop.counted_map``).
+    """
+    graph, state = nnx.split((model.layers[-1], model.final_norm))
+
+    def tail(h: jax.Array) -> jax.Array:
+        layer, norm = nnx.merge(graph, state)
+        return norm(h + layer.mlp(layer.post_attention_layernorm(h)))
+
+    return tail
 
 
 def _on_stream(
@@ -244,24 +269,32 @@ def _head(model: Any, x: jax.Array) -> jax.Array:
 Attend = Callable[[jax.Array, jax.Array, jax.Array, float], jax.Array]
 
 
-def _decoder(model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array]) -> jax.Array:
-    """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3."""
-    for layer in model.layers:
+def _decoder(
+    model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array], split_last: bool = False
+) -> jax.Array:
+    """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3 (``split_last``: see
+    ``packed_hidden``)."""
+    last = len(model.layers) - 1
+    for i, layer in enumerate(model.layers):
         graph, state = nnx.split(layer)
 
-        def one(state: Any, x: jax.Array, graph: Any = graph) -> jax.Array:
+        def one(
+            state: Any, x: jax.Array, graph: Any = graph, stop: bool = split_last and i == last
+        ) -> jax.Array:
             layer = nnx.merge(graph, state)
             h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
-            return h + layer.mlp(layer.post_attention_layernorm(h))
+            return h if stop else h + layer.mlp(layer.post_attention_layernorm(h))
 
         # float32 activations only: with bf16 ones XLA's fusions round the recomputed forward differently
         # (llama3 at bf16 parameters computes in bf16), so gradients would move by bf16 steps.
         remat = REMAT_LAYERS and x.dtype == jnp.float32
         x = checkpoint_layer(one, state, x) if remat else one(state, x)
-    return model.final_norm(x)
+    return x if split_last else model.final_norm(x)
 
 
-def _qwen3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
+def _qwen3(
+    model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend, split_last: bool = False
+) -> jax.Array:
     from tunix.models.qwen3 import model as q3
 
     def attn_fn(a: Any, x: jax.Array) -> jax.Array:
@@ -269,10 +302,12 @@ def _qwen3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) 
         k = q3.apply_rope(a.k_norm(a.k_proj(x)), positions, head_dim=a.head_dim)
         return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
 
-    return _decoder(model, model.embedder.encode(tokens), attn_fn)
+    return _decoder(model, model.embedder.encode(tokens), attn_fn, split_last)
 
 
-def _qwen2(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
+def _qwen2(
+    model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend, split_last: bool = False
+) -> jax.Array:
     from tunix.models.qwen2 import model as q2
 
     cfg = model.config
@@ -290,10 +325,12 @@ def _qwen2(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) 
         k = q2.apply_rotary_embedding(proj(a.k_proj, a.k_bias), sin, cos)
         return a.o_proj(attend(q, k, proj(a.v_proj, a.v_bias), a.scale))
 
-    return _decoder(model, x, attn_fn)
+    return _decoder(model, x, attn_fn, split_last)
 
 
-def _llama3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend) -> jax.Array:
+def _llama3(
+    model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend, split_last: bool = False
+) -> jax.Array:
     from tunix.models.llama3 import model as l3
 
     def attn_fn(a: Any, x: jax.Array) -> jax.Array:
@@ -301,7 +338,7 @@ def _llama3(model: Any, tokens: jax.Array, positions: jax.Array, attend: Attend)
         k = l3.apply_rope(a.k_proj(x), positions, head_dim=a.head_dim)
         return a.o_proj(attend(q, k, a.v_proj(x), a.scale))
 
-    return _decoder(model, model.embedder.encode(tokens), attn_fn)
+    return _decoder(model, model.embedder.encode(tokens), attn_fn, split_last)
 
 
 def _qwen3_splash(model: Any, tokens: jax.Array, positions: jax.Array, ids: jax.Array) -> jax.Array:

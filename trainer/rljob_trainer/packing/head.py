@@ -18,13 +18,14 @@ are skipped at run time (``head_loop``), so the head's cost follows the real com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from rljob_trainer.packing import maxtext_head
-from rljob_trainer.packing.head_loop import counted_token_logps
+from rljob_trainer.packing.head_loop import counted_map, counted_token_logps
 
 # The trainer's automatic choice (``auto_vocab_chunk``): chunk the head when the vocabulary is large
 # enough for ``[tokens, V]`` logits to dominate the step's memory. 256 tokens of Qwen3-0.6B's 151,936
@@ -151,17 +152,22 @@ def completion_head_logps(
     chunk: int = 0,
     entropy: bool = False,
     chunked: Any = None,
+    tail: Callable[[jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """``[B, Tc]`` log-probs (and entropies) of the completion tokens, the head applied at their
     predicting columns only (``completion_rows``); 0 at padding, as the whole-row path gives.
 
-    ``hidden``: ``[R, L, D]`` final-norm hidden states of the rows ``tokens`` ``[R, L]``. ``chunk`` > 0:
-    ``chunked_token_logps`` over the gathered states (``chunked``: that function, injectable for
-    tests); 0: the model's own head on all of them at once.
+    ``hidden``: ``[R, L, D]`` final-norm hidden states of the rows ``tokens`` ``[R, L]``, or, with
+    ``tail`` (``adapter.last_layer_tail``), the states before it: the tail then runs on the gathered
+    states only, in chunks of ``chunk`` up to the real count (``head_loop.counted_map``).
+    ``chunk`` > 0: ``chunked_token_logps`` over the gathered states (``chunked``: that function,
+    injectable for tests); 0: the model's own head on all of them at once.
     """
     d = hidden.shape[-1]
     src, slot, count = completion_rows(completion_index, tokens.size)
     x = hidden.reshape(-1, d)[jnp.maximum(src - 1, 0)]  # column t - 1 predicts token t
+    if tail is not None:
+        x = counted_map(tail, x, count, chunk) if chunk else tail(x)
     targets = tokens.reshape(-1)[src]
     if chunk:
         logp, ent = (chunked or chunked_token_logps)(

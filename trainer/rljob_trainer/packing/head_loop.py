@@ -26,6 +26,7 @@ in the wide train step (docs/packing-bench.md, "Real shape").
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -112,3 +113,30 @@ def _bwd(temperature: float, entropy: bool, dtype: Any, res: Any, cot: Any) -> A
 
 
 counted_token_logps.defvjp(_fwd, _bwd, symbolic_zeros=True)
+
+
+def counted_map(
+    fn: Callable[[jax.Array], jax.Array], x: jax.Array, count: jax.Array, chunk: int
+) -> jax.Array:
+    """``fn`` over ``x`` ``[N, D]`` in chunks of ``chunk`` rows; chunks that start at or after ``count``
+    are not computed (0 there), in the forward and the backward alike.
+
+    For the per-token end of the forward (``adapter.last_layer_tail``) at the head's gathered states,
+    so its cost follows the real completion tokens as the head's does. Unlike the head, ``lax.cond``
+    autodiff is fine here: its extra cotangent buffers are the size of one layer's MLP, not ``[V, D]``.
+    Each chunk is recomputed in the backward pass (``jax.checkpoint``), as per-layer remat recomputes
+    the layer it came from, so only the ``[N, D]`` input is kept.
+    """
+    n, d = x.shape
+    n_chunks = -(-n // chunk)
+    xs = jnp.pad(x, ((0, n_chunks * chunk - n), (0, 0))).reshape(n_chunks, chunk, d)
+    body = jax.checkpoint(fn)
+    out = jax.eval_shape(body, xs[0])
+    real = _chunks(count, chunk, n_chunks)
+
+    def step(carry: None, args: tuple[jax.Array, jax.Array]) -> tuple[None, jax.Array]:
+        i, xc = args
+        return carry, jax.lax.cond(i < real, body, lambda _: jnp.zeros(out.shape, out.dtype), xc)
+
+    _, ys = jax.lax.scan(step, None, (jnp.arange(n_chunks), xs))
+    return ys.reshape(n_chunks * chunk, *out.shape[1:])[:n]

@@ -25,6 +25,7 @@ from rljob_trainer.packing.adapter import (
     SEGMENT_FAMILIES,
     SPLASH_FAMILIES,
     family_of,
+    last_layer_tail,
     packed_hidden,
     packed_logits,
 )
@@ -32,6 +33,9 @@ from rljob_trainer.packing.example import PackedTrainExample
 from rljob_trainer.packing.head import chunked_token_logps, completion_head_logps, head_weight
 
 HEAD_AT = ("auto", "completions", "rows")
+# With the chunked head at completion columns on the blocked/dense forward, the last layer's MLP and the
+# final norm run there too (``adapter.last_layer_tail``). A switch for tests and the bench's A/B.
+TAIL_AT_COMPLETIONS = True
 
 
 def head_at_completions(model: Any, attention: str, head_at: str = "auto") -> bool:
@@ -84,8 +88,9 @@ def packed_per_token_logps(
     index = getattr(ex, "stream_index", None)  # the layout's token stream (example.plan_layout)
     stream = (index, ex.stream_of_slot) if index is not None and attention in ("blocked", "dense") else None
 
-    def final_hidden() -> jax.Array:
-        """``[R, L, D]`` final-norm hidden states of the rows (the forward without the head)."""
+    def final_hidden(split_last: bool = False) -> jax.Array:
+        """``[R, L, D]`` final-norm hidden states of the rows (the forward without the head), or with
+        ``split_last`` the last layer's attention residual (``adapter.last_layer_tail`` does the rest)."""
         pairs = ex.pairs if attention == "blocked" else None
         return packed_hidden(
             model,
@@ -97,18 +102,23 @@ def packed_per_token_logps(
             kv=ex.kv_segment_ids,
             splash=attention == "splash",
             stream=stream,
+            split_last=split_last,
         )
 
     if head_at_completions(model, attention, head_at):
+        # The chunked head on the blocked/dense forward also takes the last layer's MLP and the final
+        # norm to the completion columns (chunked, so their cost follows the real count as the head's).
+        split = TAIL_AT_COMPLETIONS and bool(vocab_chunk) and attention in ("blocked", "dense")
         return completion_head_logps(
             model,
-            final_hidden(),
+            final_hidden(split_last=split),
             ex.tokens,
             ex.completion_index,
             temperature=temperature,
             chunk=vocab_chunk,
             entropy=entropy,
             chunked=chunked_token_logps,  # looked up here so tests can spy on it
+            tail=last_layer_tail(model) if split else None,
         )
     if vocab_chunk:
         if attention not in ("blocked", "dense"):

@@ -72,7 +72,33 @@ def tiny_model(family: str = "qwen3", seed: int = 0, **overrides: Any) -> Any:
     # embedding's scale so log-probs are O(1-10) and a 1e-5 tolerance means the same for every family.
     emb = model.embedder.input_embedding
     emb.value = emb.value * (0.1 / jnp.std(emb.value))
+    _draw_zero_params(model, seed)
     return model
+
+
+def _draw_zero_params(model: Any, seed: int) -> None:
+    """Every parameter Tunix initialises to zeros drawn at random instead, in place.
+
+    Why: Tunix zero-initialises every MLP projection (and qwen2's attention biases, gemma3's norm
+    scales). At zero the MLP outputs 0 and gets no gradient, so a test could not tell whether it ran,
+    or at which tokens. Kernels are drawn at ``1/sqrt(fan_in)`` (their first axis is the input), the
+    rest at 0.1, so each such parameter moves the output by as much as the others do.
+    """
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    state = nnx.state(model, nnx.Param)
+    leaves, treedef = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+
+    def draw(key: Any, value: Any) -> Any:
+        if bool(jnp.any(value != 0)):
+            return value
+        scale = value.shape[0] ** -0.5 if value.ndim >= 2 else 0.1
+        return (scale * jax.random.normal(key, value.shape, jnp.float32)).astype(value.dtype)
+
+    nnx.update(model, jax.tree.unflatten(treedef, [draw(k, v) for k, v in zip(keys, leaves, strict=True)]))
 
 
 def random_train_example(
