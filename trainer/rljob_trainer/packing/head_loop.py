@@ -124,19 +124,20 @@ def counted_map(
     For the per-token end of the forward (``adapter.last_layer_tail``) at the head's gathered states,
     so its cost follows the real completion tokens as the head's does. Unlike the head, ``lax.cond``
     autodiff is fine here: its extra cotangent buffers are the size of one layer's MLP, not ``[V, D]``.
-    Each chunk is recomputed in the backward pass (``jax.checkpoint``), as per-layer remat recomputes
-    the layer it came from, so only the ``[N, D]`` input is kept.
+    Each chunk is recomputed in the backward pass, as per-layer remat recomputes the layer it came from,
+    so only the ``[N, D]`` input is kept. The checkpoint wraps the whole step, ``cond`` included: inside
+    the ``cond`` JAX kept every chunk's MLP activations anyway (the jitted gradient's temporaries at
+    Qwen3-0.6B widths, 7,680 rows: 1,218 MiB vs 101 MiB).
     """
     n, d = x.shape
     n_chunks = -(-n // chunk)
     xs = jnp.pad(x, ((0, n_chunks * chunk - n), (0, 0))).reshape(n_chunks, chunk, d)
-    body = jax.checkpoint(fn)
-    out = jax.eval_shape(body, xs[0])
+    out = jax.eval_shape(fn, xs[0])
     real = _chunks(count, chunk, n_chunks)
 
     def step(carry: None, args: tuple[jax.Array, jax.Array]) -> tuple[None, jax.Array]:
         i, xc = args
-        return carry, jax.lax.cond(i < real, body, lambda _: jnp.zeros(out.shape, out.dtype), xc)
+        return carry, jax.lax.cond(i < real, fn, lambda _: jnp.zeros(out.shape, out.dtype), xc)
 
-    _, ys = jax.lax.scan(step, None, (jnp.arange(n_chunks), xs))
+    _, ys = jax.lax.scan(jax.checkpoint(step), None, (jnp.arange(n_chunks), xs))
     return ys.reshape(n_chunks * chunk, *out.shape[1:])[:n]
