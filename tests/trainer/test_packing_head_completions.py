@@ -2,7 +2,8 @@
 
 Exact against the whole-row head (today's path) and against Tunix's own unpacked functions: log-probs,
 GRPO loss and gradients within 1e-5 on qwen3, qwen2 and llama3, blocked and dense attention, tied and
-untied heads, whole and chunked. Shifting the gather by one column breaks every one of them.
+untied heads, whole and chunked (chunked: the last layer's MLP and the final norm at the gathered states
+too, ``adapter.last_layer_tail``). Shifting the gather by one column breaks every one of them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from flax import nnx
 from rljob_trainer.packing import loss as loss_module
 from rljob_trainer.packing.example import PackedTrainExample, pack_train_example, plan_layout
 from rljob_trainer.packing.head import chunked_token_logps, completion_rows
+from rljob_trainer.packing.head_loop import counted_map
 from rljob_trainer.packing.logps import (
     PackedInputs,
     packed_completion_logps,
@@ -75,6 +77,28 @@ def test_chunked_head_skips_chunks_past_the_count():
     assert np.abs(np.asarray(got[:12] - want[:12])).max() < 1e-6  # chunks 0-2 hold rows < 9
     assert np.abs(np.asarray(ent[:12] - want_ent[:12])).max() < 1e-6
     assert not np.asarray(got[12:]).any() and not np.asarray(ent[12:]).any()  # chunks 3-4 skipped
+
+
+def test_counted_map_skips_chunks_past_the_count():
+    """``head_loop.counted_map`` (the last layer's MLP and norm at the gathered states): ``fn`` on the
+    chunks below the count, 0 past it; gradients, the closed-over weight's included, == autodiff."""
+    rng = np.random.default_rng(2)
+    x, a = (jnp.asarray(rng.normal(size=(20, 8)), jnp.float32) for _ in range(2))
+    w = jnp.asarray(rng.normal(size=(8, 8)), jnp.float32)
+
+    def objective(x, w, count):
+        def fn(h):
+            return jnp.tanh(h @ w) + h
+
+        y = fn(x) if count is None else counted_map(fn, x, count, 4)
+        return jnp.sum(a[:12] * y[:12]), y
+
+    (gx, gw), y = jax.grad(objective, argnums=(0, 1), has_aux=True)(x, w, jnp.int32(9))
+    (wx, ww), want = jax.grad(objective, argnums=(0, 1), has_aux=True)(x, w, None)
+    assert np.abs(np.asarray(y[:12] - want[:12])).max() < 1e-6  # chunks 0-2 hold rows < 9
+    assert not np.asarray(y[12:]).any()  # chunks 3-4 skipped
+    assert np.abs(np.asarray(gx - wx)).max() < 1e-5 and np.abs(np.asarray(gw - ww)).max() < 1e-5
+    assert np.abs(np.asarray(gw)).max() > 1e-2
 
 
 @pytest.mark.parametrize("terms", ["logp+entropy", "logp", "entropy"])

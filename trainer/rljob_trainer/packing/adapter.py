@@ -211,14 +211,10 @@ def packed_hidden(
 
 
 def last_layer_tail(model: Any) -> Callable[[jax.Array], jax.Array]:
-    """What ``packed_hidden(split_last=True)`` leaves out, as a function of ``[..., D]`` states: the last
-    layer's MLP residual and the final norm, the same operations as the whole forward applies.
-
-    Why: both are per-token and feed only the head, so where the head runs at completion columns only
-    (``head.completion_head_logps``) they can too: prompt columns skip the last layer's MLP (60% of a
-    layer's FLOPs at Qwen3-0.6B width). The layer and norm are split out of the model here and merged
-    inside, so the function can run in a loop's trace (``head_loop.counted_map``).
-    """
+    """What ``packed_hidden(split_last=True)`` leaves out, on ``[..., D]`` states: the last layer's MLP
+    residual and the final norm. Both are per-token and feed only the head, so where the head runs at
+    completion columns only they can too (the MLP: 60% of a layer's FLOPs at Qwen3-0.6B width). Split
+    out here, merged inside: the function runs in a loop's trace (``head_loop.counted_map``)."""
     graph, state = nnx.split((model.layers[-1], model.final_norm))
 
     def tail(h: jax.Array) -> jax.Array:
