@@ -182,11 +182,19 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=128, help="block-sparse attention block")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--models", default="tiny,wide")
+    ap.add_argument(
+        "--no-tail",
+        action="store_true",
+        help="the last layer's MLP at every token (loss.TAIL_AT_COMPLETIONS off), for the tail's A/B",
+    )
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "bench/results/packing.json"))
     a = ap.parse_args()
     if a.arm:
         from packing_arms import run_arm
+        from rljob_trainer.packing import loss
+
+        loss.TAIL_AT_COMPLETIONS = not a.no_tail
 
         kind, arm = a.arm.split("/")
         r = run_arm(arm, kind, a)
