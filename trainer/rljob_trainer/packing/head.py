@@ -167,7 +167,7 @@ def completion_head_logps(
     src, slot, count = completion_rows(completion_index, tokens.size)
     x = hidden.reshape(-1, d)[jnp.maximum(src - 1, 0)]  # column t - 1 predicts token t
     if tail is not None:
-        x = counted_map(tail, x, count, chunk) if chunk else tail(x)
+        x = counted_map(tail, x, count, chunk or x.shape[0])  # whole head: one chunk of all rows
     targets = tokens.reshape(-1)[src]
     if chunk:
         logp, ent = (chunked or chunked_token_logps)(
