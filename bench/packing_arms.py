@@ -11,19 +11,23 @@ Arms, all on identical pre-generated micro-batches and the same random weights (
   with the block-sparse attention that skips all-padding blocks: the best kernel the project has, so
   ``packed`` vs this is packing alone. Train step only.
 * ``packed``: best-fit-decreasing rows, block-sparse attention, one plan per micro-batch shared by the
-  reference pass, the old-policy pass and the train step, as ``PackedGRPOLearner`` runs them.
+  reference pass, the old-policy pass and the train step, with the token stream (``rows.token_stream``:
+  the per-token layers on the real tokens only, rounded up to a row; attention on the rows) wherever it
+  skips a row, as ``PackedGRPOLearner`` runs them (``learner.stream``).
 * ``packed-headc``: ``packed`` with the vocabulary head at completion columns only
-  (``head.completion_head_logps``, the trainer's default), so the head's gain is seen alone.
+  (``head.completion_head_logps``, the trainer's default): the learner's configuration, so the head's
+  gain is seen alone.
 * ``tunix-headc``: Tunix's unpacked layout and dense attention through the project's forward, head at
   completion columns only (what ``logps.unpacked_completion_logps`` runs).
+* ``packed-rows``, ``packed-rows-headc`` (extra, figures ``*rows*``): ``packed`` / ``packed-headc`` on
+  the rows alone (no token stream: the rows' padding columns run every layer), the packed arms' layout
+  in every run before 2026-12-05.
 * ``packed-dense-headc`` (extra, not in the figures): ``packed-headc`` with dense segment-causal
   attention over each packed row instead of block-sparse (``attention="dense"``): its speed and memory
   at short rows, where the block-sparse kernel's temporaries exceed Tunix's.
-* ``packed-stream-headc`` (extra): ``packed-headc`` with the token stream (``rows.token_stream``): the
-  per-token layers run on the real tokens only (rounded up to a row), attention on the rows, so the
-  rows' padding columns (tails and the shape cache's empty rows) cost no projection or MLP work.
 
-The first three arms run the head over every column (``head_at="rows"``), as before that change.
+``tunix``, ``unpacked-blocked``, ``packed`` and ``packed-rows`` run the head over every column of their
+layout (``head_at="rows"``), as before the head-at-completions change.
 
 Each jitted function is compiled ahead of time (``lower().compile()``), so timed steps run no compile.
 """
@@ -215,7 +219,7 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
             pad_id=PAD_ID,
             attention_block=a.block,
             shapes=cache,
-            stream="stream" in arm,
+            stream="-rows" not in arm,  # as the learner: the stream wherever it skips a row
         )
         t1 = time.perf_counter()
         pex, plan = pack_train_example(ex, row, pad_id=PAD_ID, layout=layout)
