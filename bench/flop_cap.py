@@ -2,7 +2,7 @@
 kernel runs, against the issue's goal ``limit / (1 - h s)``.
 
 Why: the goal counts a real token's layer and head FLOPs only (no padding, no attention). The learner
-as run (``packed-stream-headc``) computes some padding that the goal does not: the token stream in
+as run (``packed-headc``, before 2026-12-05 ``packed-stream-headc``) computes some padding that the goal does not: the token stream in
 whole rows' worth of tokens (and a known stream size reused within one bucket step), the head in whole
 chunks of ``--chunk`` completion tokens, and the shape cache's bucketed block pairs. This script plans
 the real-shape run's micro-batches exactly as ``bench/packing_arms.run_arm`` does (same
