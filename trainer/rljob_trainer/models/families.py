@@ -22,7 +22,7 @@ from typing import Any
 
 from rljob.api import RLJobError
 from rljob.api.spec import ModelSpec
-from rljob_trainer.models import checkpoint_files, hf_config
+from rljob_trainer.models import checkpoint_files, hf_config, random_init
 from rljob_trainer.workload import sources, task
 
 TINY = "tiny"
@@ -298,7 +298,8 @@ def _as_config_says(model: ModelSpec, hf: dict[str, Any] | None, config: Any) ->
 
 def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | None = None) -> Any:
     """A Tunix model: the checkpoint's weights (Tunix's safetensors loader) or, without one, random from
-    ``seed`` (size tiny). Called once per role (actor, reference), which must start identical.
+    ``seed`` (size tiny; the kernels Tunix leaves at zero drawn, ``random_init``). Called once per role
+    (actor, reference), which must start identical.
 
     Raises RLJobError when the checkpoint does not fit spec.model.family/size (already checked before
     JAX by ``check_checkpoint_dir``; re-checked here for callers that skip start-up).
@@ -312,7 +313,9 @@ def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | N
         if checkpoint_dir is None:
             model_cls = getattr(importlib.import_module(family.module), family.model_class)
             with mesh:
-                return model_cls(config, rngs=nnx.Rngs(params=seed))
+                built = model_cls(config, rngs=nnx.Rngs(params=seed))
+            random_init.draw_zero_kernels(built, seed)  # Tunix zero-initialises the MLPs
+            return built
         import jax.numpy as jnp
 
         loader = importlib.import_module(family.params_module)
