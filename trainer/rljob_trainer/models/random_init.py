@@ -15,7 +15,7 @@ from typing import Any
 
 def draw_zero_kernels(model: Any, seed: int) -> list[str]:
     """Draw, in place, every all-zero parameter of two or more axes at ``normal(0, 1/sqrt(fan_in))`` (the
-    first axis is the input, as in ``nnx.Linear``), on the sharding the zero array had.
+    first axis is the input, as in ``nnx.Linear``), placed as the zero array was.
 
     The same ``seed`` draws the same weights, so the actor and the reference built from one seed start
     equal. Returns the drawn parameters' paths, for the log and the tests.
@@ -31,10 +31,10 @@ def draw_zero_kernels(model: Any, seed: int) -> list[str]:
     leaves = []
     for key, (path, value) in zip(keys, paths_and_leaves, strict=True):
         if value.ndim >= 2 and not bool(jnp.any(value != 0)):
-            new = (value.shape[0] ** -0.5 * jax.random.normal(key, value.shape, jnp.float32)).astype(
-                value.dtype
-            )
-            value = jax.device_put(new, value.sharding)
+            draw = value.shape[0] ** -0.5 * jax.random.normal(key, value.shape, jnp.float32)
+            # added to the zeros, not put in their place: the sum keeps their placement (sharding, and
+            # uncommitted where they were, which Tunix's multi-host reshard needs to move them)
+            value = value + draw.astype(value.dtype)
             drawn.append(jax.tree_util.keystr(path))
         leaves.append(value)
     nnx.update(model, jax.tree_util.tree_unflatten(treedef, leaves))
