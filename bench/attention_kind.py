@@ -59,8 +59,8 @@ def main() -> None:
 
     import jax
     from flax import nnx
-    from packing_arms import WIDE, real_micro_batch
-    from rljob_trainer.packing.example import pack_train_example, plan_layout
+    from packing_arms import WIDE, learner_layout, real_micro_batch
+    from rljob_trainer.packing.example import pack_train_example
     from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
     from rljob_trainer.packing.rows import ShapeCache
     from rljob_trainer.packing.testing import PAD_ID, grpo_config, tiny_model
@@ -97,18 +97,7 @@ def main() -> None:
             return lp
 
         for i, ex in enumerate(examples):
-            p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
-            layout = plan_layout(
-                p,
-                p != PAD_ID,
-                c,
-                c != PAD_ID,
-                a.row,
-                pad_id=PAD_ID,
-                attention_block=a.block if blocked else None,
-                shapes=shapes,
-                stream=True,
-            )
+            layout = learner_layout(ex, a.row, a.block if blocked else None, shapes)
             inp, _ = pack_train_example(ex, a.row, pad_id=PAD_ID, layout=layout)
             step = jax.jit(train).lower(state, inp).compile()
             fwd = jax.jit(logps).lower(state, inp).compile()

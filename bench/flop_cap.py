@@ -27,25 +27,15 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "trainer"), str(ROOT / "bench")]
 
 import numpy as np  # noqa: E402
 from packing import head_flop_share, layer_params  # noqa: E402
-from packing_arms import WIDE, real_micro_batch  # noqa: E402
-from rljob_trainer.packing.example import plan_layout  # noqa: E402
+from packing_arms import WIDE, learner_layout, real_micro_batch  # noqa: E402
 from rljob_trainer.packing.rows import ShapeCache  # noqa: E402
-from rljob_trainer.packing.testing import PAD_ID  # noqa: E402
-
-ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-ap.add_argument("--row", type=int, default=256)
-ap.add_argument("--batch", type=int, default=48)
-ap.add_argument("--steps", type=int, default=3)
-ap.add_argument("--layers", type=int, default=28)
-ap.add_argument("--block", type=int, default=128)
-ap.add_argument("--chunk", type=int, default=256)
-a = ap.parse_args()
 
 LAYER = 2 * layer_params(WIDE)  # FLOPs per token per layer
 HEAD = 2 * WIDE["embed_dim"] * WIDE["vocab_size"]  # FLOPs per token of the head
@@ -53,65 +43,79 @@ SCORES = 2 * 2 * WIDE["num_heads"] * WIDE["head_dim"]  # per (query, key) pair: 
 MLP = 2 * 3 * WIDE["embed_dim"] * WIDE["hidden_dim"]  # FLOPs per token of one layer's gated MLP
 
 
-def flops(tokens: int, pairs_positions: int, head_tokens: int, tail_tokens: int | None = None) -> float:
+def flops(
+    layers: int, tokens: int, pair_positions: int, head_tokens: int, tail_tokens: int | None = None
+) -> float:
     """One forward pass; ``tail_tokens``: the tokens the last layer's MLP runs at (default: all)."""
     skipped = 0 if tail_tokens is None else tokens - tail_tokens
-    return a.layers * (tokens * LAYER + pairs_positions * SCORES) - skipped * MLP + head_tokens * HEAD
+    return layers * (tokens * LAYER + pair_positions * SCORES) - skipped * MLP + head_tokens * HEAD
 
 
-nb = a.row // a.block
-cache = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2)  # as run_arm makes it
-per_mb, tot = [], {"tunix": 0.0, "learner": 0.0, "learner_mlp_everywhere": 0.0, "no_padding": 0.0}
-real_all = prompt_all = 0
-for i in range(a.steps):
-    ex = real_micro_batch(i, a.row, a.batch, a.steps)
-    p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
-    lay = plan_layout(
-        p,
-        p != PAD_ID,
-        c,
-        c != PAD_ID,
-        a.row,
-        pad_id=PAD_ID,
-        attention_block=a.block,
-        shapes=cache,
-        stream=True,
-    )
+def micro_batch_flops(ex: Any, lay: Any, layers: int, row: int, block: int, chunk: int) -> dict:
+    """One micro-batch's token counts and one forward pass's matmul FLOPs per arm (``lay``: the
+    micro-batch's learner layout, ``learner_layout``)."""
+    batch = int(np.asarray(ex.prompt_ids).shape[0])
     prompt, compl = int(np.asarray(ex.prompt_mask).sum()), int(np.asarray(ex.completion_mask).sum())
     real, stream = prompt + compl, int(lay.stream[0].size)
-    chunks = math.ceil(compl / a.chunk)
-    mb = {
+    chunks, pairs = math.ceil(compl / chunk), int(lay.pairs.valid.size)
+    return {
         "real_tokens": real,
+        "prompt_tokens": prompt,
         "completion_tokens": compl,
         "stream_tokens": stream,
         "head_chunks": chunks,
-        "pairs_computed": int(lay.pairs.valid.size),
+        "pairs_computed": pairs,
         "pairs_valid": lay.pairs.count,
-        "tunix": flops(a.batch * a.row, a.batch * a.row * a.row, a.batch * a.row),
-        "learner": flops(stream, lay.pairs.valid.size * a.block**2, chunks * a.chunk, chunks * a.chunk),
-        "learner_mlp_everywhere": flops(stream, lay.pairs.valid.size * a.block**2, chunks * a.chunk),
-        "no_padding": flops(real, lay.pairs.count * a.block**2, compl, compl),
+        "tunix": flops(layers, batch * row, batch * row * row, batch * row),
+        "learner": flops(layers, stream, pairs * block**2, chunks * chunk, chunks * chunk),
+        "learner_mlp_everywhere": flops(layers, stream, pairs * block**2, chunks * chunk),
+        "no_padding": flops(layers, real, lay.pairs.count * block**2, compl, compl),
     }
-    mb["ratio"] = mb["tunix"] / mb["learner"]
-    per_mb.append(mb)
-    for k in tot:
-        tot[k] += mb[k]
-    real_all, prompt_all = real_all + real, prompt_all + prompt
 
-limit = a.steps * a.batch * a.row / real_all
-h, s = head_flop_share(WIDE, a.layers), prompt_all / real_all
-goal = limit / (1 - h * s)
-out = {
-    "args": vars(a),
-    "micro_batches": per_mb,
-    "token_ratio_limit": limit,
-    "goal": goal,
-    "cap_as_run": tot["tunix"] / tot["learner"],
-    "cap_as_run_pct_of_goal": 100 * tot["tunix"] / tot["learner"] / goal,
-    "cap_mlp_everywhere": tot["tunix"] / tot["learner_mlp_everywhere"],
-    "cap_mlp_everywhere_pct_of_goal": 100 * tot["tunix"] / tot["learner_mlp_everywhere"] / goal,
-    "cap_no_padding": tot["tunix"] / tot["no_padding"],
-    "cap_no_padding_pct_of_goal": 100 * tot["tunix"] / tot["no_padding"] / goal,
-    "attention_share_tunix": a.layers * a.steps * a.batch * a.row**2 * SCORES / tot["tunix"],
-}
-print(json.dumps(out, indent=1))
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--row", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=48)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--block", type=int, default=128)
+    ap.add_argument("--chunk", type=int, default=256)
+    a = ap.parse_args()
+
+    nb = a.row // a.block
+    cache = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2)  # as run_arm makes it
+    per_mb, tot = [], {"tunix": 0.0, "learner": 0.0, "learner_mlp_everywhere": 0.0, "no_padding": 0.0}
+    real_all = prompt_all = 0
+    for i in range(a.steps):
+        ex = real_micro_batch(i, a.row, a.batch, a.steps)
+        mb = micro_batch_flops(
+            ex, learner_layout(ex, a.row, a.block, cache), a.layers, a.row, a.block, a.chunk
+        )
+        mb["ratio"] = mb["tunix"] / mb["learner"]
+        per_mb.append(mb)
+        for k in tot:
+            tot[k] += mb[k]
+        real_all, prompt_all = real_all + mb["real_tokens"], prompt_all + mb["prompt_tokens"]
+
+    limit = a.steps * a.batch * a.row / real_all
+    h, s = head_flop_share(WIDE, a.layers), prompt_all / real_all
+    goal = limit / (1 - h * s)
+    out = {
+        "args": vars(a),
+        "micro_batches": per_mb,
+        "token_ratio_limit": limit,
+        "goal": goal,
+        "cap_as_run": tot["tunix"] / tot["learner"],
+        "cap_as_run_pct_of_goal": 100 * tot["tunix"] / tot["learner"] / goal,
+        "cap_mlp_everywhere": tot["tunix"] / tot["learner_mlp_everywhere"],
+        "cap_mlp_everywhere_pct_of_goal": 100 * tot["tunix"] / tot["learner_mlp_everywhere"] / goal,
+        "cap_no_padding": tot["tunix"] / tot["no_padding"],
+        "cap_no_padding_pct_of_goal": 100 * tot["tunix"] / tot["no_padding"] / goal,
+        "attention_share_tunix": a.layers * a.steps * a.batch * a.row**2 * SCORES / tot["tunix"],
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

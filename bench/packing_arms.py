@@ -79,6 +79,26 @@ def real_micro_batch(i: int, row: int = 256, batch: int = 48, steps: int = 3, se
     return random_train_example(p, c, max_prompt=max_p, max_completion=row - max_p, seed=i)
 
 
+def learner_layout(ex: Any, row: int, block: int | None, shapes: Any, stream: bool = True) -> Any:
+    """``plan_layout`` of one micro-batch as ``PackedGRPOLearner`` plans it (the token stream wherever
+    it skips a row; block pairs only for the block-sparse kernel, ``block`` None for dense)."""
+    from rljob_trainer.packing.example import plan_layout
+    from rljob_trainer.packing.testing import PAD_ID
+
+    p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
+    return plan_layout(
+        p,
+        p != PAD_ID,
+        c,
+        c != PAD_ID,
+        row,
+        pad_id=PAD_ID,
+        attention_block=block,
+        shapes=shapes,
+        stream=stream,
+    )
+
+
 def workload(row: int, batch: int, steps: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """Per step: (prompt lengths, completion lengths), seed-shaped: prompts ~0.9-1.5% of the row,
     completions gamma-distributed with mean ~36% of the row, one sequence exactly a row long."""
@@ -131,7 +151,7 @@ def unpacked_rows(ex: Any, block: int | None) -> Any:
 def run_arm(arm: str, model_kind: str, a: Any) -> dict:
     import jax
     from flax import nnx
-    from rljob_trainer.packing.example import pack_train_example, plan_layout
+    from rljob_trainer.packing.example import pack_train_example
     from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
     from rljob_trainer.packing.rows import ShapeCache
     from rljob_trainer.packing.testing import EOS_ID, PAD_ID, grpo_config, random_train_example, tiny_model
@@ -209,18 +229,8 @@ def run_arm(arm: str, model_kind: str, a: Any) -> dict:
         if not arm.startswith("packed"):
             return unpacked_rows(ex, a.block if attention == "blocked" else None), {}
         t0 = time.perf_counter()
-        p, c = np.asarray(ex.prompt_ids), np.asarray(ex.completion_ids)
-        layout = plan_layout(
-            p,
-            p != PAD_ID,
-            c,
-            c != PAD_ID,
-            row,
-            pad_id=PAD_ID,
-            attention_block=a.block,
-            shapes=cache,
-            stream="-rows" not in arm,  # as the learner: the stream wherever it skips a row
-        )
+        # as the learner: the stream wherever it skips a row
+        layout = learner_layout(ex, row, a.block, cache, stream="-rows" not in arm)
         t1 = time.perf_counter()
         pex, plan = pack_train_example(ex, row, pad_id=PAD_ID, layout=layout)
         jax.block_until_ready(pex)

@@ -29,8 +29,9 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "trainer"), str(ROOT)]
 ROW, BATCH, CHUNK, TOP = 256, 8, 256, 12
 
 
-def top_ops(trace_dir: str) -> list[dict[str, Any]]:
-    """CPU thunk events of the trace, summed by name (numeric suffixes dropped), longest first."""
+def thunk_events(trace_dir: str) -> dict[str, tuple[float, int]]:
+    """XLA:CPU thunk events of the trace by full name (``ynn_fusion.7``: an instruction of the compiled
+    HLO): (seconds summed over all threads, events)."""
     import jax
 
     path = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)[0]
@@ -41,12 +42,22 @@ def top_ops(trace_dir: str) -> list[dict[str, Any]]:
             if "PjRtCpuClient" not in line.name and "XLAEigen" not in line.name:
                 continue  # the thunk executor's lines; python / metadata lines are not ops
             for ev in line.events:
-                name = ev.name.split(".")[0]
-                if name.startswith(("Threadpool", "ThunkExecutor", "end:")):
+                if ev.name.startswith(("Threadpool", "ThunkExecutor", "end:")):
                     continue
-                total[name] += ev.duration_ns / 1e9
-                count[name] += 1
-    return [{"op": k, "seconds": round(v, 3), "events": count[k]} for k, v in total.most_common(TOP)]
+                total[ev.name] += ev.duration_ns / 1e9
+                count[ev.name] += 1
+    return {k: (v, count[k]) for k, v in total.items()}
+
+
+def top_ops(trace_dir: str, top: int | None = TOP) -> list[dict[str, Any]]:
+    """CPU thunk events of the trace, summed by name (numeric suffixes dropped), longest first (``top``
+    of them; None: all)."""
+    total: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
+    for name, (seconds, events) in thunk_events(trace_dir).items():
+        total[name.split(".")[0]] += seconds
+        count[name.split(".")[0]] += events
+    return [{"op": k, "seconds": round(v, 3), "events": count[k]} for k, v in total.most_common(top)]
 
 
 def main() -> None:
