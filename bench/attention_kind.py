@@ -59,9 +59,8 @@ def main() -> None:
 
     import jax
     from flax import nnx
-    from packing_arms import WIDE, learner_layout, real_micro_batch
+    from packing_arms import WIDE, learner_layout, real_micro_batch, step_fns
     from rljob_trainer.packing.example import pack_train_example
-    from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
     from rljob_trainer.packing.rows import ShapeCache
     from rljob_trainer.packing.testing import PAD_ID, grpo_config, tiny_model
 
@@ -78,23 +77,9 @@ def main() -> None:
     for kind in a.arms.split(","):
         blocked = kind == "blocked"
         shapes = ShapeCache(max_pairs_per_row=nb * (nb + 1) // 2 if blocked else 0)
-        loss = make_packed_grpo_loss_fn(attention=kind, block=a.block, vocab_chunk=256, head_at="completions")
-
-        def train(st: Any, x: Any, loss: Any = loss) -> Any:
-            return jax.value_and_grad(lambda s: loss(nnx.merge(graphdef, s), x, cfg), has_aux=True)(st)
-
-        def logps(st: Any, x: Any, kind: str = kind) -> Any:
-            lp, _ = packed_per_token_logps(
-                nnx.merge(graphdef, st),
-                x,
-                temperature=cfg.temperature,
-                attention=kind,
-                block=a.block,
-                entropy=False,
-                vocab_chunk=256,
-                head_at="completions",
-            )
-            return lp
+        train, logps = step_fns(
+            graphdef, cfg, attention=kind, block=a.block, chunk=256, head_at="completions"
+        )
 
         for i, ex in enumerate(examples):
             layout = learner_layout(ex, a.row, a.block if blocked else None, shapes)

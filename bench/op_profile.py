@@ -256,6 +256,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--arms", default="tunix,learner")
     ap.add_argument("--project", type=int, default=28, help="depth to project the two depths to")
     ap.add_argument(
         "--summarize", metavar="JSON", help="recompute the summaries of a recorded run, no profiling"
@@ -270,9 +271,8 @@ def main() -> None:
     import jax
     from flax import nnx
     from flop_cap import micro_batch_flops
-    from packing_arms import WIDE, learner_layout, real_micro_batch, unpacked_rows
+    from packing_arms import WIDE, learner_layout, real_micro_batch, step_fns, unpacked_rows
     from rljob_trainer.packing.example import pack_train_example
-    from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
     from rljob_trainer.packing.rows import ShapeCache
     from rljob_trainer.packing.testing import PAD_ID, grpo_config, tiny_model
 
@@ -300,28 +300,9 @@ def main() -> None:
         graphdef, state = nnx.split(tiny_model("qwen3", seed=0, **WIDE, num_layers=L))
         for arm in a.arms.split(","):
             inp, attention, head_at = inputs[arm]
-            loss = make_packed_grpo_loss_fn(
-                attention=attention, block=a.block, vocab_chunk=a.chunk, head_at=head_at
+            train, logps = step_fns(
+                graphdef, cfg, attention=attention, block=a.block, chunk=a.chunk, head_at=head_at
             )
-
-            def train(st: Any, x: Any, loss: Any = loss, g: Any = graphdef) -> Any:
-                return jax.value_and_grad(lambda s: loss(nnx.merge(g, s), x, cfg), has_aux=True)(st)
-
-            def logps(
-                st: Any, x: Any, attention: str = attention, head_at: str = head_at, g: Any = graphdef
-            ) -> Any:
-                lp, _ = packed_per_token_logps(
-                    nnx.merge(g, st),
-                    x,
-                    temperature=cfg.temperature,
-                    attention=attention,
-                    block=a.block,
-                    entropy=False,
-                    vocab_chunk=a.chunk,
-                    head_at=head_at,
-                )
-                return lp
-
             for name, fn in (("logps", logps), ("train", train)):
                 compiled = jax.jit(fn).lower(state, inp).compile()
                 run = {**measure(compiled, state, inp), "load": [round(x, 2) for x in os.getloadavg()]}

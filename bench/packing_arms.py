@@ -99,6 +99,30 @@ def learner_layout(ex: Any, row: int, block: int | None, shapes: Any, stream: bo
     )
 
 
+def step_fns(
+    graphdef: Any, cfg: Any, *, attention: str, block: int, chunk: int, head_at: str
+) -> tuple[Any, Any]:
+    """``(train, logps)`` of the packed path, both ``f(state, inputs)``: the train step (``value_and_grad``
+    of the packed GRPO loss, gradients returned) and the forward log-prob pass the reference and
+    old-policy passes run; for the scripts that time or profile one of them."""
+    import jax
+    from flax import nnx
+    from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
+
+    loss = make_packed_grpo_loss_fn(attention=attention, block=block, vocab_chunk=chunk, head_at=head_at)
+
+    def train(st: Any, x: Any) -> Any:
+        return jax.value_and_grad(lambda s: loss(nnx.merge(graphdef, s), x, cfg), has_aux=True)(st)
+
+    def logps(st: Any, x: Any) -> Any:
+        kw = {"attention": attention, "block": block, "vocab_chunk": chunk, "head_at": head_at}
+        return packed_per_token_logps(
+            nnx.merge(graphdef, st), x, temperature=cfg.temperature, entropy=False, **kw
+        )[0]
+
+    return train, logps
+
+
 def workload(row: int, batch: int, steps: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """Per step: (prompt lengths, completion lengths), seed-shaped: prompts ~0.9-1.5% of the row,
     completions gamma-distributed with mean ~36% of the row, one sequence exactly a row long."""
