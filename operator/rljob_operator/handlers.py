@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 
 from rljob.api.spec import GROUP, PLURAL, VERSION
-from rljob_operator import names, progress_refresh, reconcile
+from rljob_operator import kopf_namespaces, names, progress_refresh, reconcile
 from rljob_operator.kube import Kube, error_kind, load_config
 from rljob_operator.metrics import OperatorMetrics, serve
 from rljob_operator.settings import OperatorOptions, apply_settings
@@ -21,6 +21,8 @@ PROGRESS_INTERVAL_ENV = "RLJOB_PROGRESS_INTERVAL_SECONDS"
 PROGRESS_INTERVAL = float(os.environ.get(PROGRESS_INTERVAL_ENV) or 30)
 """Seconds between reads of a Running RLJob's trainer host 0 (``status.progress``); 0 turns them off."""
 JOBSET = (names.JOBSET_GROUP, names.JOBSET_VERSION, names.JOBSET_PLURAL)
+
+kopf_namespaces.install()  # before kopf.run: a namespace created as the operator starts is watched too
 
 
 @kopf.on.startup()
