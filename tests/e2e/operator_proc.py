@@ -46,12 +46,30 @@ def install_peering_crds() -> None:
         kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
 
 
-def delete_rljobs(ns: str) -> None:
-    """Delete a test's RLJobs before its namespace. On the simulated cluster a namespace deletion sometimes
-    leaves the RLJobs (and so their JobSets and bound pods) in place for many minutes while the namespace
-    says "all content removed"; the pods then hold node pools the next test needs. Deleting the RLJobs
-    first lets the garbage collector cascade at once."""
+def delete_rljobs(ns: str, wait_s: float = 30) -> None:
+    """Delete a test's RLJobs and wait until they are gone, before its namespace goes and before its
+    operator stops.
+
+    On the simulated cluster a namespace deletion sometimes leaves the RLJobs (and so their JobSets and
+    bound pods) in place for many minutes while the namespace says "all content removed"; the pods then
+    hold node pools the next test needs. Deleting the RLJobs first lets the garbage collector cascade at
+    once. A Running RLJob carries kopf's finalizer (docs/operator.md): deleted with no operator left to
+    remove it, it stays Terminating for good and its pods keep their nodes (a local run of the apiserver
+    test, 2026-12-05: both v6e pools held after it). So call this while the operator still runs; what is
+    still there after ``wait_s`` (the operator was killed) loses the finalizer the way docs/install.md
+    tells users to.
+    """
     kubectl("delete", "rljobs", "--all", "-n", ns, "--wait=false", "--ignore-not-found", check=False)
+
+    def left() -> list[str]:
+        return [o["metadata"]["name"] for o in kubectl_json("get", "rljobs", "-n", ns)["items"]]
+
+    try:
+        wait_for(lambda: not left(), timeout=wait_s, interval=1, message=f"RLJobs of {ns} gone")
+    except TimeoutError:
+        for name in left():
+            kubectl("patch", "rljob", name, "-n", ns, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                    check=False)  # fmt: skip
 
 
 class OperatorProcess:

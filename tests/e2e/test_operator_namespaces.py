@@ -41,9 +41,9 @@ sys.exit(main())
 
 def test_operator_watches_a_namespace_created_between_kopfs_two_namespace_listings(cluster: Any) -> None:
     install_crd()
-    ns = f"test-operator-late-ns-{uuid.uuid4().hex[:6]}"
+    ns = f"test-late-namespace-{uuid.uuid4().hex[:6]}"
     op = OperatorProcess(
-        cluster.logs, ["test-operator-late-ns-*"], identity="late-ns", entry=("-c", DELAYED_NAMESPACE_WATCH)
+        cluster.logs, ["test-late-namespace-*"], identity="late-ns", entry=("-c", DELAYED_NAMESPACE_WATCH)
     )
     op.start()
     try:
@@ -71,6 +71,6 @@ def test_operator_watches_a_namespace_created_between_kopfs_two_namespace_listin
         assert f"Starting the watch-stream for rljobs.v1alpha1.rljob.dev in '{ns}'" in op.log_text()
     finally:
         print(op.tail())
+        delete_rljobs(ns)  # while the operator runs: it drops its finalizers
         op.stop()
-        delete_rljobs(ns)
         kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)

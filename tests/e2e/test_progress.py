@@ -17,7 +17,7 @@ import yaml
 
 from tests import procs
 from tests.e2e.kube import get, kubectl, list_items, loopback_tpu_node, wait_for
-from tests.e2e.operator_proc import OperatorProcess, install_crd
+from tests.e2e.operator_proc import OperatorProcess, delete_rljobs, install_crd
 from tests.observability import runs
 
 pytestmark = pytest.mark.cluster
@@ -29,11 +29,12 @@ TPU = {
 
 
 @pytest.fixture
-def operator(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[OperatorProcess]:
+def operator(cluster: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[OperatorProcess]:
     install_crd()
     monkeypatch.setenv("RLJOB_PROGRESS_INTERVAL_SECONDS", "2")
     with OperatorProcess(cluster.logs, ["test-progress-*"], identity="progress") as op:
         yield op
+        delete_rljobs(namespace)  # while the operator runs: it drops the finalizer of a Running RLJob
 
 
 @pytest.fixture

@@ -108,8 +108,11 @@ def operator(cluster: Any, namespace: str) -> Iterator[OperatorProcess]:
         yield op
     finally:
         print("---- operator log ----\n" + op.tail(120))
+        print(kubectl("get", "rljobs,jobsets,jobs,pods", "-n", namespace, "-o", "wide", check=False))
+        print("---- every pod on a node pool this test uses ----")
+        print(kubectl("get", "pods", "-A", "-o", "wide", "--field-selector=spec.nodeName!=", check=False))
+        delete_rljobs(namespace)  # while the operator runs: it drops its finalizers
         op.stop()
-        delete_rljobs(namespace)
 
 
 def test_reliability_operator_survives_an_apiserver_restart(
@@ -129,7 +132,12 @@ def test_reliability_operator_survives_an_apiserver_restart(
     wait_for(lambda: (get("jobset", "on-v5p", namespace) or {}).get("spec", {}).get("suspend") is True,
              timeout=90, interval=1, message="suspend reached the JobSet")  # fmt: skip
     wait_for(lambda: phase(namespace, "on-v5p") == "Suspended", timeout=60, message="on-v5p Suspended")
-    wait_for(lambda: phase(namespace, "after-restart") == "Running", timeout=120,
+    wait_for(lambda: get("jobset", "after-restart", namespace), timeout=90,
+             message="the RLJob created after the restart gets its JobSet")  # fmt: skip
+    # Running needs the scheduler, the Job controller and kwok to have relisted as well, and JobSet's
+    # exclusive placement creates follower pods only once the leader is bound: the Job controller retries
+    # them with a doubling back-off (1, 2, 4 ... 64 s), so a leader bound late runs its slice much later.
+    wait_for(lambda: phase(namespace, "after-restart") == "Running", timeout=300,
              message="the RLJob created after the restart runs")  # fmt: skip
     # The JobSet controller lost its watches too, and while it relists it can report a running JobSet's
     # slices as not ready for a few seconds (a CI run, 2026-12-05: on-v6e's JobSet said 0 ready at 12:15:16,

@@ -57,8 +57,8 @@ def operator(cluster: Any, namespace: str) -> Iterator[OperatorProcess]:
         yield op
     finally:
         print("---- operator log (last start) ----\n" + op.tail(120))
+        delete_rljobs(namespace)  # while the operator runs: it drops its finalizers
         op.stop()
-        delete_rljobs(namespace)
 
 
 def test_reliability_kill_9_three_times_during_a_burst(

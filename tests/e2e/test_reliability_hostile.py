@@ -34,8 +34,8 @@ def hostile(cluster: Any) -> Iterator[tuple[str, OperatorProcess]]:
             yield ns, op
         finally:
             print("---- operator log ----\n" + op.tail())
+            delete_rljobs(ns)  # while the operator runs: it drops its finalizers
             op.stop()
-            delete_rljobs(ns)
 
 
 def apply(obj: dict[str, Any], ns: str) -> str:

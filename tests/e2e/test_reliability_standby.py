@@ -71,8 +71,9 @@ def pair(cluster: Any, namespace: str) -> Iterator[tuple[OperatorProcess, Operat
     finally:
         for op in (active, standby):
             print(f"---- {op.identity} log ----\n" + op.tail(60))
+        delete_rljobs(namespace)  # while an operator runs: it drops its finalizers
+        for op in (active, standby):
             op.stop()
-        delete_rljobs(namespace)
 
 
 def test_reliability_only_the_active_peer_acts_and_the_standby_takes_over(
