@@ -14,6 +14,7 @@ down.sh stops the new process.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.kube import get, kubectl, wait_for
+from tests.e2e.kube import get, kubectl, kubectl_json, wait_for
 from tests.e2e.operator_proc import (
     OperatorProcess,
     children_problems,
@@ -107,12 +108,17 @@ def operator(cluster: Any, namespace: str) -> Iterator[OperatorProcess]:
     try:
         yield op
     finally:
-        print("---- operator log ----\n" + op.tail(120))
-        print(kubectl("get", "rljobs,jobsets,jobs,pods", "-n", namespace, "-o", "wide", check=False))
-        print("---- every pod on a node pool this test uses ----")
-        print(kubectl("get", "pods", "-A", "-o", "wide", "--field-selector=spec.nodeName!=", check=False))
-        delete_rljobs(namespace)  # while the operator runs: it drops its finalizers
-        op.stop()
+        try:
+            print("---- operator log ----\n" + op.tail(120))
+            print(kubectl("get", "rljobs,jobsets,jobs,pods", "-n", namespace, "-o", "wide", check=False))
+            for kind in ("rljobs", "jobsets"):  # what the operator mirrored, and what it mirrored it from
+                for obj in kubectl_json("get", kind, "-n", namespace)["items"]:
+                    print(kind, obj["metadata"]["name"], json.dumps(obj.get("status"), sort_keys=True))
+            print("---- every bound pod in the cluster ----")
+            print(kubectl("get", "pods", "-A", "-o", "wide", "--field-selector=spec.nodeName!=", check=False))
+        finally:
+            delete_rljobs(namespace)  # while the operator runs: it drops its finalizers
+            op.stop()
 
 
 def test_reliability_operator_survives_an_apiserver_restart(
