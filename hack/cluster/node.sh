@@ -160,7 +160,16 @@ node_import() {
     stamp="${NODE_CONTAINERD_ROOT}/../imported/$(tr '/:' '__' <<<"${image}")"
     if [[ "$(cat "${stamp}" 2>/dev/null)" != "${id}" ]] || ! node_ctr images ls -q "name==${image}" | grep -q .; then
       log "node: importing ${image} (${id})"
-      docker save "${image}" | node_ctr images import - >&2
+      # containerd 1.6 can garbage-collect a parent snapshot while an import unpacks onto it ("failed to
+      # prepare extraction snapshot ... parent snapshot ... does not exist", containerd#3787, #10835): a
+      # CI run met it on 2026-12-05 when a rebuilt image replaced the old one; the same import, run again,
+      # went through. So: up to three tries.
+      local try
+      for try in 1 2 3; do
+        docker save "${image}" | node_ctr images import - >&2 && break
+        ((try < 3)) || die "node: importing ${image} failed 3 times"
+        log "node: importing ${image} failed (try ${try}); again"
+      done
       echo "${id}" >"${stamp}"
     fi
     echo "${image} ${id}"
