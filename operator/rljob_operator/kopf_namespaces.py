@@ -11,9 +11,9 @@ liveness probe answered before the namespace watch-stream had listed, the test t
 namespace, and the operator never watched it (docs/reliability.md).
 
 The fix treats a listed namespace the way kopf treats its first listing (``revise_namespaces``: add the
-matching ones). kopf 1.45.2 (pinned) has the bug, as has every release since namespace globs; the
-wrapper is installed once, at import of ``rljob_operator.handlers``, and fails loudly if kopf's
-internals move.
+matching ones). kopf 1.45.2 (pinned) has the bug, and the older kopf sources read skip the same events.
+The wrapper is installed once, at import of ``rljob_operator.handlers``; if kopf's internals move, that
+import fails at start-up rather than the race coming back unnoticed.
 """
 
 from __future__ import annotations
