@@ -18,6 +18,11 @@ from tests.procs import free_port
 def test_mode_from_environment() -> None:
     assert distributed.mode({}) == "single"
     assert distributed.mode({"TPU_WORKER_HOSTNAMES": "h0,h1", "TPU_WORKER_ID": "1"}) == "tpu"
+    # One TPU VM: nobody to join (initialize() would ask the GCE metadata server); one host per slice
+    # of a multislice job still joins the other slices.
+    assert distributed.mode({"TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}) == "single"
+    assert distributed.mode({"TPU_WORKER_HOSTNAMES": "h0", "MEGASCALE_NUM_SLICES": "1"}) == "single"
+    assert distributed.mode({"TPU_WORKER_HOSTNAMES": "h0", "MEGASCALE_NUM_SLICES": "2"}) == "tpu"
     env = {"RLJOB_COORDINATOR": "10.0.0.1:1234", "RLJOB_NUM_PROCESSES": "4", "RLJOB_PROCESS_ID": "3"}
     assert distributed.mode(env) == "explicit"
     assert distributed.explicit_args(env) == {
@@ -93,3 +98,16 @@ def test_two_processes_on_loopback_train_and_both_export_metrics(tmp_path: Path)
     )
     assert f"checkpoint: saved step {steps}" in outputs[0]
     assert "checkpoint: saved" not in outputs[1]
+
+
+def test_one_tpu_host_starts_alone_and_still_checks_the_slice_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rljob.api import RLJobError
+
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")
+    monkeypatch.setenv("TPU_WORKER_ID", "0")
+    monkeypatch.setenv("RLJOB_NUM_SLICES", "1")
+    monkeypatch.setenv("RLJOB_HOSTS_PER_SLICE", "1")
+    assert distributed.initialize() == distributed.Processes(index=0, count=1, mode="single")
+    monkeypatch.setenv("RLJOB_HOSTS_PER_SLICE", "2")  # the RLJob wants 2 hosts; this pod's TPU env names 1
+    with pytest.raises(RLJobError, match=r"spec\.tpu: JAX sees 1 process"):
+        distributed.initialize()

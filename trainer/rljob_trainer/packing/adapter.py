@@ -31,12 +31,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.interpreters import pxla
 
 from rljob_trainer.packing import maxtext_head
 from rljob_trainer.packing.attention import blocked_attention, dense_attention, segment_causal_mask
@@ -214,14 +216,43 @@ def last_layer_tail(model: Any) -> Callable[[jax.Array], jax.Array]:
     """What ``packed_hidden(split_last=True)`` leaves out, on ``[..., D]`` states: the last layer's MLP
     residual and the final norm. Both are per-token and feed only the head, so where the head runs at
     completion columns only they can too (the MLP: 60% of a layer's FLOPs at Qwen3-0.6B width). Split
-    out here, merged inside: the function runs in a loop's trace (``head_loop.counted_map``)."""
+    out here, merged inside: the function runs in a loop's trace (``head_loop.counted_map``).
+
+    The gathered states are ``[N, D]``, but Tunix's MLP constrains its activations to the model's
+    ``[batch, tokens, features]`` sharding (``act_btf``, e.g. ``P('fsdp', None, 'tp')``), which a rank-2
+    value fails on a TPU (CPU skips the constraint). So the tail runs on ``[g, N / g, D]``: ``g`` the
+    widest divisor of ``N`` the batch axes of that sharding allow (``token_batches``), so the tokens
+    spread over the data-parallel devices as Tunix's own batches do.
+    """
     graph, state = nnx.split((model.layers[-1], model.final_norm))
+    batch_axes = _batch_axes(model)
 
     def tail(h: jax.Array) -> jax.Array:
         layer, norm = nnx.merge(graph, state)
-        return norm(h + layer.mlp(layer.post_attention_layernorm(h)))
+        x = h.reshape(token_batches(h.shape[0], batch_axes), -1, h.shape[-1])
+        return norm(x + layer.mlp(layer.post_attention_layernorm(x))).reshape(h.shape)
 
     return tail
+
+
+def _batch_axes(model: Any) -> tuple[str, ...]:
+    """Mesh axes the model's activation sharding puts the batch on (``act_btd[0]``; none without one)."""
+    shd = getattr(getattr(model, "config", None), "shd_config", None)
+    first = shd.act_btd[0] if shd is not None and shd.act_btd else None
+    if first is None:
+        return ()
+    return (first,) if isinstance(first, str) else tuple(a for a in first if a)
+
+
+def token_batches(n: int, batch_axes: tuple[str, ...]) -> int:
+    """How many batch rows ``n`` gathered tokens become: the largest divisor of ``n`` that divides the
+    width of ``batch_axes`` on the mesh Tunix's ``shard`` reads (1 without a mesh), so the batch dim
+    shards evenly."""
+    mesh = pxla.thread_resources.env.physical_mesh
+    if mesh.empty:
+        return 1
+    width = math.prod(mesh.shape[a] for a in batch_axes if a in mesh.shape)
+    return math.gcd(n, width)
 
 
 def _on_stream(

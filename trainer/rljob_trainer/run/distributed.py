@@ -9,7 +9,10 @@ computation, so ``main.train`` calls it first):
 * GKE TPU: GKE's TPU webhook injects ``TPU_WORKER_HOSTNAMES``/``TPU_WORKER_ID`` into Indexed Job pods
   (and JobSet multislice adds ``MEGASCALE_*``); ``jax.distributed.initialize()`` with no arguments reads
   them. The operator deliberately sets no ``JAX_COORDINATOR_ADDRESS`` (see rljob_operator/env.py).
-* otherwise a single process: nothing to initialize.
+* otherwise a single process: nothing to initialize. That includes a single TPU VM (GKE's one-host slice,
+  or a TPU VM run by hand) where ``TPU_WORKER_HOSTNAMES`` names one host and no multislice
+  (``MEGASCALE_NUM_SLICES`` unset or 1): there is nobody to join, and ``initialize()`` would ask the GCE
+  metadata server for the topology (an offline host has none). The process-count check below still runs.
 
 The operator also tells every pod how many processes to expect (``RLJOB_NUM_SLICES`` x
 ``RLJOB_HOSTS_PER_SLICE``); a different JAX process count (e.g. GKE's injection missing, so each host
@@ -42,6 +45,7 @@ ENV_COORDINATOR = "RLJOB_COORDINATOR"
 ENV_NUM_PROCESSES = "RLJOB_NUM_PROCESSES"
 ENV_PROCESS_ID = "RLJOB_PROCESS_ID"
 TPU_ENV = "TPU_WORKER_HOSTNAMES"
+MEGASCALE_SLICES = "MEGASCALE_NUM_SLICES"
 ENV_NUM_SLICES = "RLJOB_NUM_SLICES"
 ENV_HOSTS_PER_SLICE = "RLJOB_HOSTS_PER_SLICE"
 SYNC_CPU_DISPATCH = ("jax_cpu_enable_async_dispatch", False)  # several processes: see the module doc
@@ -59,9 +63,10 @@ def mode(environ: dict[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if env.get(ENV_COORDINATOR):
         return "explicit"
-    if env.get(TPU_ENV):
+    hosts = [h for h in env.get(TPU_ENV, "").split(",") if h.strip()]
+    if len(hosts) > 1 or (hosts and env.get(MEGASCALE_SLICES, "1").strip() != "1"):
         return "tpu"
-    return "single"
+    return "single"  # no TPU environment, or one host of one slice: nobody to join
 
 
 def explicit_args(environ: dict[str, str] | None = None) -> dict[str, object]:
