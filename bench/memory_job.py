@@ -84,14 +84,26 @@ def parameter_count(layers: int = 28) -> int:
     return sum(int(np.prod(s)) for s in _tensor_shapes(qwen3_0p6b_config(layers)).values())
 
 
-def write_checkpoint(folder: Path, layers: int, tokenizer_dir: Path, seed: int = 0) -> Path:
-    """A random Qwen3-0.6B-shaped checkpoint in the Hub's format (bf16 safetensors), with the tokenizer."""
+EOS_IDS = (151645, 151643)  # <|im_end|>, <|endoftext|>
+
+
+def write_checkpoint(
+    folder: Path, layers: int, tokenizer_dir: Path, seed: int = 0, eos_scale: float = 1.0
+) -> Path:
+    """A random Qwen3-0.6B-shaped checkpoint in the Hub's format (bf16 safetensors), with the tokenizer.
+
+    ``eos_scale``: the EOS ids' embedding rows (the tied head's too) multiplied by it. Random weights
+    almost never sample EOS, so every completion runs to the limit; 7.5 made completions end at varied
+    lengths on the chip (rows 72-82% full at 2,048 tokens; ../shared/tpu/README.md), as a trained
+    model's do.
+    """
     import jax.numpy as jnp
     from safetensors.flax import save_file
 
     cfg = qwen3_0p6b_config(layers)
-    done = folder / "config.json"
-    if done.is_file() and json.loads(done.read_text()) == cfg:
+    done, drawn = folder / "config.json", folder / "rljob-draw.json"
+    draw = {"seed": seed, "eos_scale": eos_scale}
+    if done.is_file() and json.loads(done.read_text()) == cfg and _read(drawn) == draw:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -101,13 +113,20 @@ def write_checkpoint(folder: Path, layers: int, tokenizer_dir: Path, seed: int =
             value = np.ones(shape, np.float32)
         else:
             value = rng.standard_normal(shape, dtype=np.float32) * 0.02
+        if name == "model.embed_tokens.weight":
+            value[list(EOS_IDS)] *= eos_scale
         tensors[name] = jnp.asarray(value, dtype=jnp.bfloat16)
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     for name in TOKENIZER_FILES:
         shutil.copy(tokenizer_dir / name, folder / name)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151643]}))
+    drawn.write_text(json.dumps(draw))
     done.write_text(json.dumps(cfg, indent=1))  # last: marks the folder complete
     return folder
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def fetch_tokenizer(cache: Path) -> Path:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.trainer.gcs import gcs  # noqa: F401  (re-exported as a fixture)
+from tests.trainer.tolerance import within
 
 
 @dataclass
@@ -47,12 +48,12 @@ class GRPOCase:
             lambda m: grpo_loss_fn(m, self.ex, cfg, pad_id=PAD_ID, eos_id=EOS_ID)
         )
         got_loss, got_aux, got_g = self.loss_and_grads(lambda m: packed_fn(m, self.packed, cfg))
-        assert abs(got_loss - want_loss) < 1e-5
+        assert within(abs(got_loss - want_loss), 1e-5)
         for key in aux:
-            assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
+            assert within(abs(float(got_aux[key]) - float(want_aux[key])), 1e-5), key
         assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4  # gradients are not all zero
         for g, w in zip(got_g, want_g, strict=True):
-            assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+            assert within(np.abs(np.asarray(g) - np.asarray(w)).max(), 1e-5)
 
 
 @pytest.fixture

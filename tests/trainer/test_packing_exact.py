@@ -15,6 +15,8 @@ from rljob_trainer.packing.rows import RowTooShortError
 from rljob_trainer.packing.testing import EOS_ID, PAD_ID, random_train_example, tiny_model
 from tunix.rl import common
 
+from tests.trainer.tolerance import within
+
 ROW, MAX_P, MAX_C, BLOCK, TEMP = 32, 4, 28, 8, 0.9
 CASES = {
     # (prompt lengths, completion lengths)
@@ -50,7 +52,7 @@ def test_packed_logps_equal_unpacked(model, case):
         got, _ = packed_per_token_logps(model, packed, temperature=TEMP, attention=attention, block=BLOCK)
         got = np.asarray(got)
         err = np.abs(np.where(mask, got - want, 0.0)).max()
-        assert err < 1e-5, (attention, err)
+        assert within(err, 1e-5), (attention, err)
         assert np.abs(want[mask]).min() > 0  # the comparison is not vacuous
 
 
@@ -114,12 +116,12 @@ def test_blocked_attention_equals_dense(seed):
 
     real = (seg > 0)[..., None, None]
     got, want = f(q, k, v, True), f(q, k, v, False)
-    assert np.abs(np.where(real, got - want, 0)).max() < 1e-5
+    assert within(np.abs(np.where(real, got - want, 0)).max(), 1e-5)
     w = jnp.asarray(rng.normal(size=got.shape), jnp.float32) * real
     g1 = jax.grad(lambda *a: (f(*a, True) * w).sum(), argnums=(0, 1, 2))(q, k, v)
     g2 = jax.grad(lambda *a: (f(*a, False) * w).sum(), argnums=(0, 1, 2))(q, k, v)
     for a, b in zip(g1, g2, strict=True):
-        assert np.abs(np.asarray(a) - np.asarray(b)).max() < 1e-5
+        assert within(np.abs(np.asarray(a) - np.asarray(b)).max(), 1e-5)
     assert bp.count <= R * (L // block) * (L // block + 1) // 2
 
 

@@ -35,6 +35,8 @@ from rljob_trainer.packing.testing import (
 from tunix.rl import common
 from tunix.rl.algo_core import grpo_loss_fn
 
+from tests.trainer.tolerance import within
+
 ROW, MAX_P, MAX_C, BLOCK = 32, 4, 28, 8
 PROMPTS = [4, 2, 3, 1, 4, 2, 1, 3]
 COMPLETIONS = [28, 5, 20, 1, 9, 13, 2, 7]
@@ -48,12 +50,12 @@ def _grads(fn, model):
 def _assert_same_loss(got, want):
     got_loss, got_aux, got_g = got
     want_loss, want_aux, want_g = want
-    assert abs(got_loss - want_loss) < 1e-5
+    assert within(abs(got_loss - want_loss), 1e-5)
     for key in ("kl", "pg_loss", "entropy", "ppo_kl"):
-        assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
+        assert within(abs(float(got_aux[key]) - float(want_aux[key])), 1e-5), key
     assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4  # not trivially zero
     for g, w in zip(got_g, want_g, strict=True):
-        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+        assert within(np.abs(np.asarray(g) - np.asarray(w)).max(), 1e-5)
 
 
 def test_completion_rows_front_packs_real_tokens():
@@ -74,8 +76,8 @@ def test_chunked_head_skips_chunks_past_the_count():
     targets = jnp.asarray(rng.integers(0, 50, 20))
     want, want_ent = chunked_token_logps(hidden, targets, weight, chunk=4, entropy=True)
     got, ent = chunked_token_logps(hidden, targets, weight, chunk=4, entropy=True, count=jnp.int32(9))
-    assert np.abs(np.asarray(got[:12] - want[:12])).max() < 1e-6  # chunks 0-2 hold rows < 9
-    assert np.abs(np.asarray(ent[:12] - want_ent[:12])).max() < 1e-6
+    assert within(np.abs(np.asarray(got[:12] - want[:12])).max(), 1e-6)  # chunks 0-2 hold rows < 9
+    assert within(np.abs(np.asarray(ent[:12] - want_ent[:12])).max(), 1e-6)
     assert not np.asarray(got[12:]).any() and not np.asarray(ent[12:]).any()  # chunks 3-4 skipped
 
 
@@ -95,9 +97,10 @@ def test_counted_map_skips_chunks_past_the_count():
 
     (gx, gw), y = jax.grad(objective, argnums=(0, 1), has_aux=True)(x, w, jnp.int32(9))
     (wx, ww), want = jax.grad(objective, argnums=(0, 1), has_aux=True)(x, w, None)
-    assert np.abs(np.asarray(y[:12] - want[:12])).max() < 1e-6  # chunks 0-2 hold rows < 9
+    assert within(np.abs(np.asarray(y[:12] - want[:12])).max(), 1e-6)  # chunks 0-2 hold rows < 9
     assert not np.asarray(y[12:]).any()  # chunks 3-4 skipped
-    assert np.abs(np.asarray(gx - wx)).max() < 1e-5 and np.abs(np.asarray(gw - ww)).max() < 1e-5
+    assert within(np.abs(np.asarray(gx - wx)).max(), 1e-5)
+    assert within(np.abs(np.asarray(gw - ww)).max(), 1e-5)
     assert np.abs(np.asarray(gw)).max() > 1e-2
 
 
@@ -124,8 +127,8 @@ def test_counted_head_gradients_equal_autodiff(terms):
         return jax.grad(f, argnums=(0, 1), has_aux=True)(hidden, weight)[0]
 
     (gx, gw), (wx, ww) = objective(jnp.int32(9)), objective(None)
-    assert np.abs(np.asarray(gx[:12] - wx[:12])).max() < 1e-5
-    assert np.abs(np.asarray(gw - ww)).max() < 1e-5 and np.abs(np.asarray(ww)).max() > 1e-3
+    assert within(np.abs(np.asarray(gx[:12] - wx[:12])).max(), 1e-5)
+    assert within(np.abs(np.asarray(gw - ww)).max(), 1e-5) and np.abs(np.asarray(ww)).max() > 1e-3
     assert not np.asarray(gx[12:]).any()
 
 
@@ -144,7 +147,7 @@ def test_head_at_completions_equals_whole_rows(family, attention, overrides):
         kw = {"temperature": 0.7, "attention": attention, "block": BLOCK, "vocab_chunk": chunk}
         got = np.asarray(packed_completion_logps(model, [layout], head_at="completions", **kw))
         want = np.asarray(packed_completion_logps(model, [layout], head_at="rows", **kw))
-        assert np.abs(got - want).max() < 1e-5, chunk  # padding too: 0 in both
+        assert within(np.abs(got - want).max(), 1e-5), chunk  # padding too: 0 in both
         assert np.abs(want[mask]).min() > 0
 
         def fn(head_at, chunk=chunk):
@@ -178,7 +181,7 @@ def test_unpacked_head_at_completions_equals_tunix(family, overrides):
                 model, ex.prompt_ids, ex.completion_ids, pad_id=PAD_ID, temperature=0.7, vocab_chunk=chunk
             )
         )
-        assert np.abs(np.where(mask, got - want, 0.0)).max() < 1e-5, chunk
+        assert within(np.abs(np.where(mask, got - want, 0.0)).max(), 1e-5), chunk
     rows = unpacked_inputs(ex.prompt_ids, ex.completion_ids, PAD_ID)
     unpacked = PackedTrainExample(
         tokens=rows.tokens,

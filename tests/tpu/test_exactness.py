@@ -1,0 +1,51 @@
+"""The packing exactness tests on the chip: the real splash kernel (not interpret mode), at an explicit
+matmul precision, with the tolerances of tests/trainer/tolerance.py (docs/tpu.md says why each holds).
+
+The test files are the CPU ones, run by a pytest child on the chip (``JAX_DEFAULT_MATMUL_PRECISION=
+highest``); every comparison's error is logged (``RLJOB_TOLERANCE_LOG``) and the largest per test is
+recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from tests.tpu import chip
+
+FILES = [
+    "tests/trainer/test_packing_splash.py",
+    "tests/trainer/test_packing_exact.py",
+    "tests/trainer/test_packing_head_completions.py",
+]
+
+
+def test_packing_is_exact_on_the_chip(record) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "tolerances.jsonl"
+        res = chip.run(
+            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *FILES],
+            timeout=1500,
+            JAX_DEFAULT_MATMUL_PRECISION="highest",
+            RLJOB_TOLERANCE_LOG=str(log),
+        )
+        rows = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    worst: dict[str, dict] = {}
+    for r in rows:
+        if r["test"] not in worst or r["err"] / r["tol"] > worst[r["test"]]["err"] / worst[r["test"]]["tol"]:
+            worst[r["test"]] = r
+    summary = res["stdout"].strip().splitlines()[-1] if res["stdout"].strip() else ""
+    record(
+        "exactness",
+        {
+            "rc": res["rc"],
+            "seconds": res["seconds"],
+            "summary": summary,
+            "comparisons": len(rows),
+            "worst_per_test": sorted(worst.values(), key=lambda r: -r["err"] / r["tol"]),
+            "failures": [ln for ln in res["stdout"].splitlines() if ln.startswith(("FAILED", "ERROR"))],
+        },
+    )
+    assert res["rc"] == 0, res["stdout"][-4000:] + res["stderr_tail"]
+    assert rows and all(r["err"] < r["tol"] for r in rows)
