@@ -9,11 +9,15 @@ recorded.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
 from tests.tpu import chip
 
+# RLJOB_TPU_EXACT_K: a pytest -k expression to re-run part of the files (a short chip call); the record
+# says which ("selection").
+SELECT = ["-k", os.environ["RLJOB_TPU_EXACT_K"]] if os.environ.get("RLJOB_TPU_EXACT_K") else []
 FILES = [
     "tests/trainer/test_packing_splash.py",
     "tests/trainer/test_packing_exact.py",
@@ -25,7 +29,7 @@ def test_packing_is_exact_on_the_chip(record) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "tolerances.jsonl"
         res = chip.run(
-            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *FILES],
+            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *FILES, *SELECT],
             timeout=1500,
             JAX_DEFAULT_MATMUL_PRECISION="highest",
             RLJOB_TOLERANCE_LOG=str(log),
@@ -42,6 +46,7 @@ def test_packing_is_exact_on_the_chip(record) -> None:
             "rc": res["rc"],
             "seconds": res["seconds"],
             "summary": summary,
+            "selection": " ".join(SELECT) or "all",
             "comparisons": len(rows),
             "worst_per_test": sorted(worst.values(), key=lambda r: -r["err"] / r["tol"]),
             "failures": [ln for ln in res["stdout"].splitlines() if ln.startswith(("FAILED", "ERROR"))],

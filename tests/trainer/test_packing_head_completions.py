@@ -127,8 +127,10 @@ def test_counted_head_gradients_equal_autodiff(terms):
         return jax.grad(f, argnums=(0, 1), has_aux=True)(hidden, weight)[0]
 
     (gx, gw), (wx, ww) = objective(jnp.int32(9)), objective(None)
-    assert within(np.abs(np.asarray(gx[:12] - wx[:12])).max(), 1e-5)
-    assert within(np.abs(np.asarray(gw - ww)).max(), 1e-5) and np.abs(np.asarray(ww)).max() > 1e-3
+    # Different log-sum-exps on the two sides: the chip's log error does not cancel (tolerance.py).
+    assert within(np.abs(np.asarray(gx[:12] - wx[:12])).max(), 1e-5, log_paths_differ=True)
+    assert within(np.abs(np.asarray(gw - ww)).max(), 1e-5, log_paths_differ=True)
+    assert np.abs(np.asarray(ww)).max() > 1e-3
     assert not np.asarray(gx[12:]).any()
 
 

@@ -60,12 +60,19 @@ class PromptData:
 
 
 def emit_dataset() -> Any:
-    """The built-in demo dataset: "emit a:" prompts whose answer is "a" (with reward answerCharFraction)."""
-    import datasets
+    """The built-in demo dataset: "emit a:" prompts whose answer is "a" (with reward answerCharFraction).
 
-    return datasets.Dataset.from_dict(
+    Built with a fixed fingerprint: ``Dataset.from_dict`` would hash its state with dill, which fails where
+    the installed pyarrow's types do not pickle by name (the TPU host's pyarrow: "Can't pickle <class
+    'MonthDayNano'>", docs/tpu.md); the content is a constant, so its fingerprint can be too.
+    """
+    import datasets
+    from datasets.table import InMemoryTable
+
+    table = InMemoryTable.from_pydict(
         {"prompt": ["emit a:"] * EMIT_EXAMPLES, "answer": ["a"] * EMIT_EXAMPLES}
     )
+    return datasets.Dataset(table, fingerprint=f"rljob-emit-a-{EMIT_EXAMPLES}")
 
 
 def read(spec: DataSpec, local: Path) -> Any:
