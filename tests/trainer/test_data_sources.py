@@ -14,6 +14,7 @@ with the system prompt and the chat template of the tokenizer in use, which is t
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -228,3 +229,21 @@ def test_empty_dataset_names_the_source(tmp_path: Path, fmt: str) -> None:
     with pytest.raises(api.RLJobError) as err:
         prepare(str(path))
     assert err.value.errors == [f"spec.data.source: the dataset has no examples ({path})"]
+
+
+def test_built_in_dataset_needs_no_pickling_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's built-in data is made without datasets' dill fingerprint: on the TPU host (its own
+    pyarrow) that hash raised ``Can't pickle <class 'MonthDayNano'>`` and every run without spec.data
+    crashed at start (docs/tpu.md). Here the hash raises as it did there."""
+    from datasets import arrow_dataset, fingerprint
+    from rljob_trainer.workload import data
+
+    def refuse(*args: object, **kwargs: object) -> str:
+        raise pickle.PicklingError(
+            "Can't pickle <class 'MonthDayNano'>: it's not found as builtins.MonthDayNano"
+        )
+
+    monkeypatch.setattr(fingerprint.Hasher, "hash", classmethod(refuse))
+    monkeypatch.setattr(arrow_dataset, "generate_fingerprint", refuse)
+    ds = data.emit_dataset()
+    assert len(ds) == data.EMIT_EXAMPLES and ds[0] == {"prompt": "emit a:", "answer": "a"}
