@@ -130,6 +130,18 @@ class CheckpointSpec(Model):
     """Save every this many global steps (and on SIGTERM)."""
 
 
+class CompilationCacheSpec(Model):
+    """JAX's persistent compilation cache: a restart (preemption, host failure, maxRestarts) loads the
+    programs the previous start compiled instead of compiling them again, on every host."""
+
+    enabled: bool = True
+    """Use the cache. A cache that cannot be read or written is a warning, never a failed run."""
+    directory: PathStr | None = None
+    """Where (local path or gs:// URI; shared by all hosts and restarts). Unset: compilation-cache/ under
+    spec.checkpoint.directory; without one, the user's cache directory (~/.cache/rljob/jax: a local
+    `rljob train`, or one pod's lifetime)."""
+
+
 class MetricsSpec(Model):
     """Prometheus metrics served by every trainer host."""
 
@@ -175,6 +187,8 @@ class RLJobSpec(Model):
     """GRPO settings."""
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     """Checkpointing."""
+    compilationCache: CompilationCacheSpec = Field(default_factory=CompilationCacheSpec)
+    """JAX's persistent compilation cache (on by default)."""
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     """Metrics endpoint and step-time baseline."""
     suspend: bool = False

@@ -31,7 +31,7 @@ from rljob.api import RLJobError, load_rljob
 from rljob.api.spec import RLJob
 from rljob_trainer import rollout
 from rljob_trainer.models import families as models
-from rljob_trainer.run import platforms, sigterm, startup
+from rljob_trainer.run import compile_cache, platforms, sigterm, startup
 from rljob_trainer.run.options import add_train_options
 from rljob_trainer.telemetry.console import console
 from rljob_trainer.telemetry.progress import StepCallback, StepRecorder, summary
@@ -246,6 +246,9 @@ def run(args: argparse.Namespace) -> int:
         f"{spec.grpo.maxSteps} steps of {spec.grpo.batchSize}x{spec.grpo.numGenerations}",
         flush=True,
     )
+    cache = compile_cache.enable(compile_cache.directory(spec))  # before the first compilation
+    if cache:
+        print(f"compilation cache: {cache}", flush=True)
     callbacks: list[StepCallback] = [] if args.quiet else [console(spec.grpo.maxSteps, every=args.log_every)]
     started = time.perf_counter()
     try:
