@@ -43,11 +43,16 @@ RESERVED_ENV: tuple[str, ...] = (
     "TPU_WORKER_ID",
     "TPU_WORKER_HOSTNAMES",
     "JAX_COORDINATOR_ADDRESS",
+    "JAX_PLATFORMS",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
 )
-"""Variables the operator sets (identity from the downward API), GKE's TPU webhook injects, or that must
-not be set on TPU (JAX_COORDINATOR_ADDRESS would override GKE's coordinator discovery)."""
-RESERVED_ENV_PREFIX = "RLJOB_"
-"""The operator's own variables (RLJOB_NAME, RLJOB_NUM_SLICES, ...)."""
+"""Variables the operator sets (identity from the downward API; with the vLLM engine JAX_PLATFORMS and
+VLLM_ENABLE_V1_MULTIPROCESSING, reserved for every engine so a spec stays valid when its engine changes),
+GKE's TPU webhook injects, or that must not be set on TPU (JAX_COORDINATOR_ADDRESS would override GKE's
+coordinator discovery). A duplicate would reach the pod twice, and the later value wins."""
+RESERVED_ENV_PREFIXES: tuple[str, ...] = ("RLJOB_", "MEGASCALE_")
+"""The operator's own variables (RLJOB_NAME, RLJOB_NUM_SLICES, ...) and the multislice variables JobSet and
+GKE set on every multislice pod (MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, ...)."""
 
 MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600
 """Flex-start VMs run at most seven days (GKE "About flex-start provisioning")."""

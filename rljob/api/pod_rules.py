@@ -66,14 +66,16 @@ POD_RULES: tuple[Rule, ...] = (
     Rule(
         scope=("spec",),
         field="env",
-        message="variable names must be unique and not the operator's own "
-        f"({', '.join(pod.RESERVED_ENV)} or {pod.RESERVED_ENV_PREFIX}*)",
+        message="variable names must be unique and not ones the operator, JobSet or GKE set "
+        f"({', '.join(pod.RESERVED_ENV)} or {' or '.join(p + '*' for p in pod.RESERVED_ENV_PREFIXES)})",
         cel="!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name) && "
-        f"!(e.name in {cel_list(pod.RESERVED_ENV)}) && !e.name.startsWith('{pod.RESERVED_ENV_PREFIX}'))",
+        f"!(e.name in {cel_list(pod.RESERVED_ENV)}) && "
+        + " && ".join(f"!e.name.startsWith('{p}')" for p in pod.RESERVED_ENV_PREFIXES)
+        + ")",
         check=lambda s: (
             len({e.name for e in s.env}) == len(s.env)
             and not any(
-                e.name in pod.RESERVED_ENV or e.name.startswith(pod.RESERVED_ENV_PREFIX) for e in s.env
+                e.name in pod.RESERVED_ENV or e.name.startswith(pod.RESERVED_ENV_PREFIXES) for e in s.env
             )
         ),
     ),

@@ -136,7 +136,12 @@ _PUSHES: list[tuple[str, Any]] = [
     (
         "reserved variable",
         lambda s, d: s.update(
-            env=[{"name": d(st.sampled_from([*pod.RESERVED_ENV, "RLJOB_NAME"])), "value": "1"}]
+            env=[
+                {
+                    "name": d(st.sampled_from([*pod.RESERVED_ENV, "RLJOB_NAME", "MEGASCALE_NUM_SLICES"])),
+                    "value": "1",
+                }
+            ]
         ),
     ),
     (

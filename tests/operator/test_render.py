@@ -253,12 +253,19 @@ def test_grace_period_reaches_the_pods() -> None:
     assert pod["terminationGracePeriodSeconds"] == job.spec.terminationGracePeriodSeconds == 300
 
 
-def test_operator_env_names_are_reserved_in_the_api():
-    """``spec.env`` may not redefine what the operator sets: the API's reserved list covers every name."""
-    from rljob.api.pod import RESERVED_ENV, RESERVED_ENV_PREFIX
+@pytest.mark.parametrize("engine", ["vanilla", "vllm"])
+@pytest.mark.parametrize("slices", [1, 2])
+def test_operator_env_names_are_reserved_in_the_api(engine: str, slices: int) -> None:
+    """``spec.env`` may not redefine what the operator sets, for any engine or topology: the API's
+    reserved names and prefixes cover every name it renders."""
+    from rljob.api.pod import RESERVED_ENV, RESERVED_ENV_PREFIXES
 
-    env = _pod(_jobset(make_rljob()))["spec"]["containers"][0]["env"]
-    assert all(e["name"] in RESERVED_ENV or e["name"].startswith(RESERVED_ENV_PREFIX) for e in env)
+    job = make_rljob().tpu("tpu-v6e-slice", "4x4").slices(slices)
+    if engine == "vllm":
+        job = job.vllm()
+    env = _pod(_jobset(job))["spec"]["containers"][0]["env"]
+    assert {"JAX_PLATFORMS"} <= {e["name"] for e in env} or engine == "vanilla"
+    assert all(e["name"] in RESERVED_ENV or e["name"].startswith(RESERVED_ENV_PREFIXES) for e in env)
 
 
 def test_shm_always_mounted_and_gcsfuse_annotated_only_with_its_driver():
