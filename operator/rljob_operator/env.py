@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rljob.api.pod import VLLM_ENV
 from rljob.api.spec import RLJob
 from rljob_operator import names
 from rljob_operator.slices import SliceShape
@@ -45,7 +46,8 @@ def trainer_env(job: RLJob, shape: SliceShape) -> list[dict[str, Any]]:
     if job.spec.rollout.engine == "vllm":
         # vLLM in the trainer's process (Tunix's vllm rollout): JAX must keep a CPU backend for host-side
         # arrays, and vLLM must not fork engine processes that would each try to grab the TPU.
-        env += [_value("JAX_PLATFORMS", "tpu,cpu"), _value("VLLM_ENABLE_V1_MULTIPROCESSING", "0")]
-    # the user's last (``spec.env``): the API refuses names that clash with the ones above
+        env += [_value(name, value) for name, value in VLLM_ENV.items()]
+    # the user's last (``spec.env``): the API refuses names that clash with the ones above (pod.RESERVED_ENV,
+    # RESERVED_ENV_PREFIXES, VLLM_ENV with this engine; tests/operator/test_render.py checks every engine)
     env += [e.model_dump(mode="json", exclude_none=True) for e in job.spec.env]
     return env

@@ -43,13 +43,14 @@ RESERVED_ENV: tuple[str, ...] = (
     "TPU_WORKER_ID",
     "TPU_WORKER_HOSTNAMES",
     "JAX_COORDINATOR_ADDRESS",
-    "JAX_PLATFORMS",
-    "VLLM_ENABLE_V1_MULTIPROCESSING",
 )
-"""Variables the operator sets (identity from the downward API; with the vLLM engine JAX_PLATFORMS and
-VLLM_ENABLE_V1_MULTIPROCESSING, reserved for every engine so a spec stays valid when its engine changes),
-GKE's TPU webhook injects, or that must not be set on TPU (JAX_COORDINATOR_ADDRESS would override GKE's
-coordinator discovery). A duplicate would reach the pod twice, and the later value wins."""
+"""Variables the operator sets (identity from the downward API), GKE's TPU webhook injects, or that must
+not be set on TPU (JAX_COORDINATOR_ADDRESS would override GKE's coordinator discovery). A duplicate would
+reach the pod twice, and the later value wins."""
+VLLM_ENV: dict[str, str] = {"JAX_PLATFORMS": "tpu,cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+"""What the operator sets with rollout.engine vllm (vLLM runs in the trainer's process: JAX keeps a CPU
+backend for host-side arrays, and vLLM forks no engine processes that would each grab the TPU); reserved
+with that engine only (with the JAX sampler, JAX_PLATFORMS is the user's: e.g. cpu on a CPU node)."""
 RESERVED_ENV_PREFIXES: tuple[str, ...] = ("RLJOB_", "MEGASCALE_")
 """The operator's own variables (RLJOB_NAME, RLJOB_NUM_SLICES, ...) and the multislice variables JobSet and
 GKE set on every multislice pod (MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, ...)."""

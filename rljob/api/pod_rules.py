@@ -66,6 +66,13 @@ POD_RULES: tuple[Rule, ...] = (
     Rule(
         scope=("spec",),
         field="env",
+        message=f"with rollout.engine vllm the operator sets {' and '.join(pod.VLLM_ENV)}: not in spec.env",
+        cel=f"self.rollout.engine != 'vllm' || !has(self.env) || self.env.all(e, !(e.name in {cel_list(list(pod.VLLM_ENV))}))",
+        check=lambda s: s.rollout.engine != "vllm" or not any(e.name in pod.VLLM_ENV for e in s.env),
+    ),
+    Rule(
+        scope=("spec",),
+        field="env",
         message="variable names must be unique and not ones the operator, JobSet or GKE set "
         f"({', '.join(pod.RESERVED_ENV)} or {' or '.join(p + '*' for p in pod.RESERVED_ENV_PREFIXES)})",
         cel="!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name) && "

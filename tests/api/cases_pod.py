@@ -101,8 +101,19 @@ POD_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ),
     ("env operator's name", manifest({"env": [{"name": "RLJOB_NUM_SLICES", "value": "9"}]}), "spec.env"),
     ("env coordinator", manifest({"env": [{"name": "JAX_COORDINATOR_ADDRESS", "value": "h:1"}]}), "spec.env"),
-    ("env jax platforms", manifest({"env": [{"name": "JAX_PLATFORMS", "value": "cpu"}]}), "spec.env"),
-    ("env vllm's", manifest({"env": [{"name": "VLLM_ENABLE_V1_MULTIPROCESSING", "value": "1"}]}), "spec.env"),
+    ("env jax platforms, JAX sampler", manifest({"env": [{"name": "JAX_PLATFORMS", "value": "cpu"}]}), None),
+    (
+        "env jax platforms, vllm",
+        manifest({"rollout": {"engine": "vllm"}, "env": [{"name": "JAX_PLATFORMS", "value": "cpu"}]}),
+        "spec.env",
+    ),
+    (
+        "env vllm's, vllm",
+        manifest(
+            {"rollout": {"engine": "vllm"}, "env": [{"name": "VLLM_ENABLE_V1_MULTIPROCESSING", "value": "1"}]}
+        ),
+        "spec.env",
+    ),
     ("env multislice", manifest({"env": [{"name": "MEGASCALE_NUM_SLICES", "value": "4"}]}), "spec.env"),
     ("env name with a reserved infix", manifest({"env": [{"name": "MY_RLJOB_X", "value": "1"}]}), None),
     ("env name with =", manifest({"env": [{"name": "A=B", "value": "1"}]}), "spec.env[0].name"),

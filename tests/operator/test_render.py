@@ -258,14 +258,16 @@ def test_grace_period_reaches_the_pods() -> None:
 def test_operator_env_names_are_reserved_in_the_api(engine: str, slices: int) -> None:
     """``spec.env`` may not redefine what the operator sets, for any engine or topology: the API's
     reserved names and prefixes cover every name it renders."""
-    from rljob.api.pod import RESERVED_ENV, RESERVED_ENV_PREFIXES
+    from rljob.api.pod import RESERVED_ENV, RESERVED_ENV_PREFIXES, VLLM_ENV
 
     job = make_rljob().tpu("tpu-v6e-slice", "4x4").slices(slices)
+    reserved = set(RESERVED_ENV)
     if engine == "vllm":
         job = job.vllm()
+        reserved |= set(VLLM_ENV)
+        assert set(VLLM_ENV) <= {e["name"] for e in _pod(_jobset(job))["spec"]["containers"][0]["env"]}
     env = _pod(_jobset(job))["spec"]["containers"][0]["env"]
-    assert {"JAX_PLATFORMS"} <= {e["name"] for e in env} or engine == "vanilla"
-    assert all(e["name"] in RESERVED_ENV or e["name"].startswith(RESERVED_ENV_PREFIXES) for e in env)
+    assert all(e["name"] in reserved or e["name"].startswith(RESERVED_ENV_PREFIXES) for e in env)
 
 
 def test_shm_always_mounted_and_gcsfuse_annotated_only_with_its_driver():

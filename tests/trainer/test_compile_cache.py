@@ -36,6 +36,17 @@ def test_directory_follows_the_spec_then_the_checkpoints_then_the_user_cache() -
     assert compile_cache.directory(spec(**{"compilationCache.enabled": False}), env) is None
 
 
+def test_jax_s_own_switch_turns_it_off(tmp_path: Path) -> None:
+    import jax
+
+    saved = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        assert compile_cache.enable(str(tmp_path / "xla")) is None
+    finally:
+        jax.config.update("jax_enable_compilation_cache", saved)
+
+
 def test_an_unwritable_directory_is_a_warning_not_a_failure(tmp_path: Path, caplog) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -53,7 +64,7 @@ def test_a_second_start_loads_every_program_from_the_cache(tmp_path: Path) -> No
     doc["spec"]["grpo"]["maxSteps"] = 3
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_ENABLE_COMPILATION_CACHE": "true"}  # tests/conftest.py
 
     def start() -> str:
         proc = subprocess.run(

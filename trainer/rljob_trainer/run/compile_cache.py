@@ -9,7 +9,8 @@ shape or JAX version compiles anew and never loads a stale program.
 Where (``directory``): ``spec.compilationCache.directory``; unset, ``compilation-cache/`` under the
 checkpoint directory (shared by every host and restart, like the checkpoints); without one, the user's
 cache directory. ``enable`` turns it on; a local directory it cannot create or write is a warning and the
-run goes on without a cache. A ``gs://`` directory is handed to JAX as is (JAX writes through
+run goes on without a cache; JAX's own switch ``JAX_ENABLE_COMPILATION_CACHE=false`` turns it off (the
+test suite does: tests/conftest.py). A ``gs://`` directory is handed to JAX as is (JAX writes through
 ``etils.epath``; its read and write errors are JAX's warnings, not failures).
 """
 
@@ -61,6 +62,10 @@ def enable(path: str | None) -> str | None:
             return None
     import jax
 
+    if (
+        not jax.config.jax_enable_compilation_cache
+    ):  # JAX_ENABLE_COMPILATION_CACHE=false: JAX's own off switch
+        return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     return path
