@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ShortStr = Annotated[str, Field(min_length=1, max_length=253)]
-PathStr = Annotated[str, Field(min_length=1, max_length=1024)]
 
 
 class Model(BaseModel):

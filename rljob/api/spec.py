@@ -12,13 +12,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rljob.api.base import Model, PathStr
+from rljob.api.base import Model
 from rljob.api.maxtext import BACKENDS, MaxTextSpec
 from rljob.api.pod import CapacitySpec, EnvVar, ObjectName, Volume, VolumeMount
 from rljob.api.progress import Progress
 from rljob.api.rules import violations
 from rljob.api.tpu import ACCELERATORS
-from rljob.api.workload import DataSpec, ModelSource, RewardSpec
+from rljob.api.workload import DataSpec, ModelSource, RewardSpec, StoragePath
 
 GROUP = "rljob.dev"
 VERSION = "v1alpha1"
@@ -124,7 +124,7 @@ class GRPOSpec(Model):
 class CheckpointSpec(Model):
     """Orbax checkpoints: where and how often. A restarted trainer resumes from the newest one."""
 
-    directory: PathStr | None = None
+    directory: StoragePath | None = None
     """Checkpoint directory (local path or gs:// URI). Unset: no checkpoints."""
     interval: Annotated[int, Field(ge=1, le=1_000_000)] = 100
     """Save every this many global steps (and on SIGTERM)."""
@@ -136,7 +136,7 @@ class CompilationCacheSpec(Model):
 
     enabled: bool = True
     """Use the cache. A cache that cannot be read or written is a warning, never a failed run."""
-    directory: PathStr | None = None
+    directory: StoragePath | None = None
     """Where (local path or gs:// URI; shared by all hosts and restarts). Unset: compilation-cache/ under
     spec.checkpoint.directory; without one, the user's cache directory (~/.cache/rljob/jax: a local
     `rljob train`, or one pod's lifetime)."""

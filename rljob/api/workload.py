@@ -29,9 +29,13 @@ MODEL_SOURCE_PATTERN = rf"^(gs://{_BUCKET}(/\S*)?|hf://{_HUB_NAME}/{_HUB_NAME}{_
 """A model checkpoint or tokenizer: local path, gs://bucket[/path] or hf://org/repo[@revision]."""
 DATA_SOURCE_PATTERN = rf"^(gs://{_BUCKET}/\S+|hf://datasets/({_HUB_NAME}/)?{_HUB_NAME}{_REVISION}|{_LOCAL})$"
 """A dataset: a local JSONL/Parquet file or directory, a gs:// object or prefix, or hf://datasets/<id>."""
+STORAGE_PATTERN = rf"^(gs://{_BUCKET}(/\S*)?|{_LOCAL})$"
+"""A directory the trainer writes (checkpoints, compilation cache): a local path or gs://bucket[/path], the
+two kinds Orbax and JAX can open here (s3:// and others would only fail at start: Orbax needs s3fs)."""
 FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 ModelSource = Annotated[str, Field(min_length=1, max_length=1024, pattern=MODEL_SOURCE_PATTERN)]
+StoragePath = Annotated[str, Field(min_length=1, max_length=1024, pattern=STORAGE_PATTERN)]
 DataSource = Annotated[str, Field(min_length=1, max_length=1024, pattern=DATA_SOURCE_PATTERN)]
 FieldName = Annotated[str, Field(min_length=1, max_length=128)]
 

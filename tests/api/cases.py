@@ -136,6 +136,20 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         manifest({"model": {"checkpointPath": "gs://"}}),
         "spec.model.checkpointPath",
     ),
+    ("checkpoints to gs", manifest({"checkpoint": {"directory": "gs://my-bucket/runs/a"}}), None),
+    ("checkpoints to a local path", manifest({"checkpoint": {"directory": "/ckpt/a"}}), None),
+    ("checkpoints to s3", manifest({"checkpoint": {"directory": "s3://b/k"}}), "spec.checkpoint.directory"),
+    (
+        "checkpoints to gs no bucket",
+        manifest({"checkpoint": {"directory": "gs://"}}),
+        "spec.checkpoint.directory",
+    ),
+    (
+        "compilation cache to s3",
+        manifest({"compilationCache": {"directory": "s3://b/xla"}}),
+        "spec.compilationCache.directory",
+    ),
+    ("compilation cache to gs", manifest({"compilationCache": {"directory": "gs://my-bucket/xla"}}), None),
     ("tokenizer hf", manifest({"model": {"tokenizerPath": "hf://Qwen/Qwen3-0.6B"}}), None),
     (
         "tokenizer https",

@@ -28,11 +28,11 @@ def test_directory_follows_the_spec_then_the_checkpoints_then_the_user_cache() -
     env = {"HOME": "/home/u"}
     assert compile_cache.directory(spec(), env) == "/home/u/.cache/rljob/jax"
     assert compile_cache.directory(spec(), {**env, "XDG_CACHE_HOME": "/x"}) == "/x/rljob/jax"
-    assert compile_cache.directory(spec(**{"checkpoint.directory": "gs://b/run/"}), env) == (
-        "gs://b/run/compilation-cache"
+    assert compile_cache.directory(spec(**{"checkpoint.directory": "gs://my-bucket/run/"}), env) == (
+        "gs://my-bucket/run/compilation-cache"
     )
-    explicit = spec(**{"checkpoint.directory": "/ckpt", "compilationCache.directory": "gs://b/xla"})
-    assert compile_cache.directory(explicit, env) == "gs://b/xla"
+    explicit = spec(**{"checkpoint.directory": "/ckpt", "compilationCache.directory": "gs://my-bucket/xla"})
+    assert compile_cache.directory(explicit, env) == "gs://my-bucket/xla"
     assert compile_cache.directory(spec(**{"compilationCache.enabled": False}), env) is None
 
 
@@ -48,12 +48,50 @@ def test_jax_s_own_switch_turns_it_off(tmp_path: Path) -> None:
 
 
 def test_an_unwritable_directory_is_a_warning_not_a_failure(tmp_path: Path, caplog) -> None:
+    import jax
+
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with caplog.at_level(logging.WARNING):
-        assert compile_cache.enable(str(blocker / "cache")) is None  # its parent is a file
+    saved = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", True)  # tests/conftest.py turns it off
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert compile_cache.enable(str(blocker / "cache")) is None  # its parent is a file
+    finally:
+        jax.config.update("jax_enable_compilation_cache", saved)
     assert "compilation cache off" in caplog.text
+    assert jax.config.jax_compilation_cache_dir is None  # JAX was never pointed at it
     assert compile_cache.enable(None) is None
+
+
+GS_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp
+from rljob_trainer.run import compile_cache
+assert compile_cache.enable(sys.argv[1]) == sys.argv[1]
+print(float(jax.jit(lambda x: jnp.sin(x) * 3)(jnp.float32(1.0))))
+"""
+
+
+@pytest.mark.slow
+def test_a_gs_directory_is_written_through_jax_on_a_real_gcs_server(gcs) -> None:
+    """``gs://`` as JAX opens it (etils.epath, gcsfs) against fake-gcs-server: the probe passes and the
+    compiled program lands in the bucket."""
+    gcs.client().create_bucket("xla-cache")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_ENABLE_COMPILATION_CACHE": "true"}
+    proc = subprocess.run(
+        [sys.executable, "-c", GS_SCRIPT, "gs://xla-cache/run-a/compilation-cache"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = [b.name for b in gcs.client().list_blobs("xla-cache")]
+    assert any(n.startswith("run-a/compilation-cache/jit_") for n in names), names
+    assert not any(".rljob-probe" in n for n in names)  # the probe is removed
 
 
 @pytest.mark.slow

@@ -8,10 +8,11 @@ shape or JAX version compiles anew and never loads a stale program.
 
 Where (``directory``): ``spec.compilationCache.directory``; unset, ``compilation-cache/`` under the
 checkpoint directory (shared by every host and restart, like the checkpoints); without one, the user's
-cache directory. ``enable`` turns it on; a local directory it cannot create or write is a warning and the
-run goes on without a cache; JAX's own switch ``JAX_ENABLE_COMPILATION_CACHE=false`` turns it off (the
-test suite does: tests/conftest.py). A ``gs://`` directory is handed to JAX as is (JAX writes through
-``etils.epath``; its read and write errors are JAX's warnings, not failures).
+cache directory. ``enable`` turns it on after writing a probe file there through ``etils.epath``, as JAX
+opens it (``gs://`` through gcsfs): a directory it cannot create or write (any storage error) is a warning
+and the run goes on without a cache, where JAX would raise in the middle of the first compilation. JAX's
+own switch ``JAX_ENABLE_COMPILATION_CACHE=false`` turns it off (the test suite does: tests/conftest.py).
+Once on, JAX only warns when an entry cannot be read.
 """
 
 from __future__ import annotations
@@ -46,25 +47,25 @@ def directory(spec: RLJobSpec, environ: dict[str, str] | None = None) -> str | N
 
 def enable(path: str | None) -> str | None:
     """Turn JAX's persistent cache on at ``path`` (before the first compilation); returns the directory in
-    use, or None (off, or a local directory that cannot be written: a warning)."""
+    use, or None (off, JAX's switch off, or a directory that cannot be written: a warning)."""
     if path is None:
         return None
-    if "://" not in path:
-        try:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            probe = Path(path) / f".rljob-probe-{uuid.uuid4().hex}"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as exc:
-            log.warning(
-                "compilation cache off: cannot write %s (%s); every start compiles in full", path, exc
-            )
-            return None
     import jax
 
     if (
         not jax.config.jax_enable_compilation_cache
     ):  # JAX_ENABLE_COMPILATION_CACHE=false: JAX's own off switch
+        return None
+    from etils import epath  # what JAX's cache opens its directory with (gs:// through gcsfs)
+
+    try:
+        folder = epath.Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".rljob-probe-{uuid.uuid4().hex}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except Exception as exc:  # any storage error (OSError, a GCS client's): JAX would raise it mid-compile
+        log.warning("compilation cache off: cannot write %s (%s); every start compiles in full", path, exc)
         return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
