@@ -178,6 +178,14 @@ KEYS = {
         "rope scaling type 'yarn' is not supported for qwen3",
     ),
     "llama3 bias": ("llama3-tied", {"attention_bias": True}, "attention_bias is True"),
+    # transformers' Gemma3TextConfig: an embedding model's bidirectional attention loaded as a causal LM
+    # gave logits 1.1x the largest off (issue 43)
+    "gemma3 bidirectional": (
+        "gemma3-tied",
+        {"use_bidirectional_attention": True},
+        "use_bidirectional_attention is True",
+    ),
+    "qwen3 dropout": ("qwen3-tied", {"attention_dropout": 0.1}, "attention_dropout is 0.1"),
 }
 
 

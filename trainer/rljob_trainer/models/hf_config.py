@@ -87,7 +87,10 @@ KEYS["gemma3"] = {
     "tie_word_embeddings": "refused unless `true` (Tunix's gemma3 has no separate head)",
     "attention_bias": "refused unless `false`",
     "hidden_activation": "refused unless `gelu_pytorch_tanh`",
+    "use_bidirectional_attention": "refused unless `false` (Tunix's gemma3 attends causally)",
 }
+for _keys in KEYS.values():
+    _keys["attention_dropout"] = "refused unless 0 (Tunix's models have no dropout)"
 
 
 @dataclass
@@ -139,6 +142,8 @@ def carry(family: str, hf: dict[str, Any], named: dict[str, Any], where: str) ->
         _gemma3(get, hf, where, out)
     else:
         _decoder(family, get, hf, where, out)
+    dropout = float(hf.get("attention_dropout") or 0.0)
+    _refuse_unless(out, where, "attention_dropout", dropout, 0.0, f"Tunix's {family} has no dropout")
     return out
 
 
@@ -249,6 +254,10 @@ def _gemma3(get: Any, hf: dict[str, Any], where: str, out: Carried) -> None:
     _refuse_unless(out, where, "attention_bias", bool(hf.get("attention_bias", False)), False, "no biases")
     act = hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh"
     _refuse_unless(out, where, "hidden_activation", act, "gelu_pytorch_tanh", "Tunix's gemma3 MLP")
+    bidirectional = bool(hf.get("use_bidirectional_attention", False))
+    _refuse_unless(
+        out, where, "use_bidirectional_attention", bidirectional, False, "Tunix's gemma3 is causal"
+    )
 
 
 @cache
