@@ -210,3 +210,41 @@ def test_every_tunix_perf_metric_is_mapped_in_the_docs() -> None:
     rows = [line for line in table.splitlines() if line.startswith("| `perf/")]
     mapped = {n for row in rows for n in re.findall(r"`(perf/[a-z_/]+)`", row.split(" | ")[0])}
     assert names <= mapped, f"not in docs/throughput.md: {sorted(names - mapped)}"
+
+
+def test_compiles_are_counted_by_the_phase_of_the_thread_that_compiled() -> None:
+    """``compilations_total`` / ``compile_seconds_total`` by phase: the recorder's phase of the calling
+    thread (Tunix's worker thread runs rollout while the main thread trains), startup outside phases."""
+    import threading
+
+    from rljob_trainer.telemetry.progress import StepRecorder
+
+    rec = StepRecorder(max_steps=2, packed=True)
+    tm = m.TrainerMetrics(rljob="j")
+    tm.active_phase = rec.active_phase
+    event = "/jax/core/compile/backend_compile_duration"
+    tm.on_compile(event, 5.0)  # model set-up: before any phase
+    rec.begin(1)
+    in_rollout, go_on = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        with rec.phase("rollout"):
+            in_rollout.set()
+            go_on.wait(5)
+            tm.on_compile(event, 2.0)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    in_rollout.wait(5)
+    with rec.phase("train"):  # the main thread trains while the worker is in rollout
+        tm.on_compile(event, 3.0)
+        tm.on_compile(event, 1.0)
+    go_on.set()
+    t.join(5)
+    s = samples(tm)
+    assert value(s, "rljob_trainer_compilations_total", phase="startup") == 1
+    assert value(s, "rljob_trainer_compilations_total", phase="rollout") == 1
+    assert value(s, "rljob_trainer_compilations_total", phase="actor_train") == 2
+    assert value(s, "rljob_trainer_compile_seconds_total", phase="actor_train") == 4.0
+    assert value(s, "rljob_trainer_time_seconds_total", kind="compile") == 11.0
+    assert rec.active_phase() is None

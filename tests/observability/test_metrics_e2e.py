@@ -104,6 +104,13 @@ def test_metrics_during_and_after_a_real_run(tmp_path: Path) -> None:
     assert (
         kind["productive_step"] > 0 and kind["compile"] > 0 and kind["startup"] > 0 and kind["restart"] == 0
     )
+    # Compiles by the phase that ran them (the worker thread's rollout, the main thread's train step).
+    by_phase = {
+        p: value(after, "rljob_trainer_compilations_total", phase=p) for p in ("rollout", "actor_train")
+    }
+    assert all(n >= 1 for n in by_phase.values()), by_phase
+    seconds = sum(v for (n, _), v in after.items() if n == "rljob_trainer_compile_seconds_total")
+    assert abs(seconds - kind["compile"]) < 1e-6 * max(1.0, seconds)
     assert (
         sum(kind.values()) <= time.time() - started + 5
     )  # the process started after `started`, +import skew

@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -66,6 +67,11 @@ PEAK_FLOPS = "rljob_trainer_peak_flops_per_second_per_chip"
 MFU = "rljob_trainer_mfu_ratio"
 TOKENS_PER_SECOND_PER_CHIP = "rljob_trainer_tokens_per_second_per_chip"
 TIME_SECONDS = "rljob_trainer_time_seconds_total"
+COMPILATIONS = "rljob_trainer_compilations_total"
+COMPILE_SECONDS = "rljob_trainer_compile_seconds_total"
+COMPILE_OUTSIDE_PHASES = "startup"
+"""The ``phase`` label of compiles outside every step phase (model and optimizer set-up, the first step's
+preparation)."""
 
 STEP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 """0.1 s to 10 min: prometheus-client's default buckets stop at 10 s, far too short for RL steps."""
@@ -284,6 +290,20 @@ class TrainerMetrics:
         )
         for kind in goodput.KINDS:  # from 0, so a rate over the first window sees every kind
             self.time_seconds.labels(**lb, kind=kind)
+        self.compilations = Counter(
+            COMPILATIONS,
+            "XLA programs this process compiled (not loaded from the persistent compilation cache), by the "
+            f"phase that compiled them ({COMPILE_OUTSIDE_PHASES}: outside every step phase).",
+            [*base, "phase"],
+            registry=r,
+        )
+        self.compile_seconds = Counter(
+            COMPILE_SECONDS,
+            "Seconds of XLA compilation in this process, by phase (their sum is time_seconds_total{kind=compile}).",
+            [*base, "phase"],
+            registry=r,
+        )
+        self.active_phase: Callable[[], str | None] = lambda: None  # metrics_server: the recorder's
         if step_flops is not None:
             self.flops_per_token.labels(**lb, **{"pass": "forward"}).set(step_flops.forward_per_token)
             self.flops_per_token.labels(**lb, **{"pass": "train"}).set(step_flops.train_per_token)
@@ -297,6 +317,10 @@ class TrainerMetrics:
         if event == "/jax/core/compile/backend_compile_duration":
             self.time_seconds.labels(**self._labels, kind="compile").inc(duration_secs)
             self._ledger.compiled(duration_secs)
+            active = self.active_phase()  # JAX calls listeners in the compiling thread
+            phase = PHASE_LABELS.get(active, active) if active else COMPILE_OUTSIDE_PHASES
+            self.compilations.labels(**self._labels, phase=phase).inc()
+            self.compile_seconds.labels(**self._labels, phase=phase).inc(duration_secs)
 
     def on_step_start(self, step: int) -> None:
         """The recorder's step-start hook: the first one ends this process's start-up (or restart)."""

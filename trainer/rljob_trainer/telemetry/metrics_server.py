@@ -78,6 +78,7 @@ def start(job: Any, process_index: int, recorder: Any, addr: str | None = None) 
         step_flops=step_flops(job),
         process_start=goodput.process_start_time(),
     )
+    metrics.active_phase = recorder.active_phase  # compiles by phase
     metrics.watch_compiles()
     _servers.append((MetricsServer(metrics, spec.metrics.port, addr=addr), metrics))
     shown = "localhost" if addr in ("0.0.0.0", "") else addr

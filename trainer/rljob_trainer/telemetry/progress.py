@@ -100,6 +100,7 @@ class StepRecorder:
         self._lock = threading.Lock()
         self._current: _Accumulator | None = None
         self._stop = False
+        self._active = threading.local()  # the phase each thread is in (compiles are attributed to it)
 
     def request_stop(self) -> None:
         """Ask the trainer to stop before the next step (the current one completes and is reported)."""
@@ -121,13 +122,22 @@ class StepRecorder:
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase of the current step (nested calls of the same phase add up)."""
         start = time.perf_counter()
+        outer = getattr(self._active, "phase", None)
+        self._active.phase = name
         try:
             yield
         finally:
+            self._active.phase = outer
             with self._lock:
                 if self._current is not None:
                     cur = self._current.phases
                     cur[name] = cur.get(name, 0.0) + time.perf_counter() - start
+
+    def active_phase(self) -> str | None:
+        """The phase the calling thread is in (None outside every phase: start-up, between phases). Tunix
+        runs rollout and the reference/old passes in a worker thread and trains in the main thread, so
+        the answer is per thread."""
+        return getattr(self._active, "phase", None)
 
     def add_rewards(self, rewards: np.ndarray) -> None:
         with self._lock:
