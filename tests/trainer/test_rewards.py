@@ -91,6 +91,9 @@ def score(prompts, completions, **columns):
 
 def named_columns_only(prompts, completions, answer):
     return [0.0 for _ in completions]
+
+def answer_required(prompts, completions, answer, **kwargs):
+    return [0.0 for _ in completions]
 """
 
 
@@ -224,3 +227,22 @@ def test_failing_reward_raises_reward_error_naming_the_field(
     with pytest.raises(RewardError, match=rf"^spec\.rewards\[1\]: {message}") as caught:
         in_a_thread(lambda: tunix_rewards(specs))
     assert caught.value.field == "spec.rewards[1]"
+
+
+def test_a_required_parameter_is_checked_against_the_dataset_s_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function with **kwargs and a required ``answer``: fine where the dataset has that column (Tunix
+    passes it by name); where it has not, the message names the parameter and the columns, not **kwargs."""
+    (tmp_path / "team_rewards_answer.py").write_text(CUSTOM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = [RewardSpec(function="team_rewards_answer:answer_required")]
+    assert len(rewards.build(spec, "answer", columns=["answer", "level"])) == 1
+    assert len(rewards.build(spec, "answer")) == 1  # before the data is loaded: not checked yet
+    with pytest.raises(ValueError) as err:
+        rewards.build(spec, "solution", columns=["solution"])
+    message = str(err.value)
+    assert message.startswith(
+        "spec.rewards[0].function: team_rewards_answer:answer_required requires answer,"
+    )
+    assert "(columns: solution)" in message and "**kwargs))" not in message

@@ -61,7 +61,7 @@ CASES = {
     "custom reward wrong signature": (
         {"rewards": [{"function": "json:dumps"}]},
         None,
-        "spec.rewards[0].function: json:dumps must accept prompts=",
+        "spec.rewards[0].function: json:dumps requires obj, which Tunix does not pass",
     ),
     "prompt field missing": (
         {},

@@ -141,5 +141,8 @@ def prepare(job: RLJob) -> Workload:
             ]
         )
     answer = spec.data.answerField if spec.data else "answer"
-    fns = rewards.build(spec.rewards or DEMO_REWARDS, answer)
+    try:
+        fns = rewards.build(spec.rewards or DEMO_REWARDS, answer, columns=list(prompts.columns))
+    except ValueError as exc:
+        raise RLJobError([str(exc)]) from None
     return Workload(checkpoint_dir, tokenizer, prompts, fns)

@@ -18,7 +18,7 @@ import inspect
 import math
 import re
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rljob.api.workload import RewardSpec
@@ -122,8 +122,9 @@ def pattern_errors(specs: Sequence[RewardSpec]) -> list[str]:
     return errors
 
 
-def _custom(spec: RewardSpec, index: int) -> RewardFn:
-    """Import ``module:function`` and check it can be called like a Tunix reward function."""
+def _custom(spec: RewardSpec, index: int, columns: Collection[str] | None = None) -> RewardFn:
+    """Import ``module:function`` and check it can be called like a Tunix reward function. ``columns``:
+    the dataset's columns Tunix will pass by name (None: not loaded yet, so required names go unchecked)."""
     field = f"spec.rewards[{index}].function"
     module_name, _, attr = (spec.function or "").partition(":")
     try:
@@ -139,15 +140,24 @@ def _custom(spec: RewardSpec, index: int) -> RewardFn:
         return fn
     # Tunix passes every other column of the batch and its own ``mode`` as keywords: only **kwargs takes
     # them all (a function naming just the columns it reads fails with TypeError at the first step).
-    takes_columns = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
-    try:
-        signature.bind(prompts=[], completions=[])
-    except TypeError:
-        takes_columns = False
-    if not takes_columns:
+    params = list(signature.parameters.values())
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
         raise ValueError(
             f"{field}: {spec.function} must accept prompts=, completions= and the dataset's other columns as "
             "keyword arguments (def f(prompts, completions, **kwargs))"
+        )
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    required = [p.name for p in params if p.kind in named and p.default is p.empty]
+    passed = {"prompts", "completions", "mode", *(columns or ())}
+    missing = [name for name in required if name not in passed]
+    positional_only = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+    if positional_only or (columns is not None and missing):
+        names = ", ".join(positional_only or missing)
+        raise ValueError(
+            f"{field}: {spec.function} requires {names}, which Tunix does not pass: it calls the function "
+            "with prompts=, completions=, mode= and each column of the dataset by name "
+            f"(columns: {', '.join(sorted(columns or ())) or 'none'}); give {names} a default, or read it "
+            "from **kwargs"
         )
     return fn
 
@@ -171,12 +181,15 @@ def find_reward_error(exc: BaseException | None) -> RewardError | None:
     return None
 
 
-def build(specs: Sequence[RewardSpec], answer_field: str) -> list[RewardFn]:
-    """Tunix reward functions for ``specs``, weighted. Raises ValueError naming the field."""
+def build(
+    specs: Sequence[RewardSpec], answer_field: str, columns: Collection[str] | None = None
+) -> list[RewardFn]:
+    """Tunix reward functions for ``specs``, weighted. Raises ValueError naming the field. ``columns``: the
+    dataset's (None before it is loaded: a custom function's required parameters are then unchecked)."""
     fns = []
     for i, spec in enumerate(specs):
         if spec.function:
-            fn, label = _custom(spec, i), spec.function
+            fn, label = _custom(spec, i, columns), spec.function
         else:
             fn, label = _builtin(spec, i)[0], spec.name or ""
         fns.append(_weighted(fn, spec.weight, label, answer_field, i, custom=bool(spec.function)))
