@@ -144,7 +144,8 @@ def test_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path: Path) -> None
     vocab = {f"t{i}": i for i in range(300)}
     Tokenizer(models.WordLevel(vocab, unk_token="t0")).save(str(folder / "tokenizer.json"))
     err, _ = refused(tmp_path, folder)
-    assert f"spec.model.checkpointPath: the tokenizer in {folder} has 304 tokens" in err  # 300 + 4 specials
+    # 300 from tokenizer.json, read as JSON before transformers loads it (the fixture's config adds 4)
+    assert f"spec.model.checkpointPath: the tokenizer in {folder} has 300 tokens" in err
     assert f"tokens, more than the model's vocabulary (256 in {folder}/config.json)" in err
     assert err.startswith(f"{tmp_path / 'rljob.yaml'} cannot be trained:")
 
@@ -197,3 +198,34 @@ def test_key_the_family_cannot_honour_is_refused(tmp_path: Path, case: str) -> N
     err, _ = refused(tmp_path, folder)
     assert f"spec.model.checkpointPath: {folder}/config.json: " in err
     assert expected in err
+
+
+def test_a_vocabulary_too_large_is_refused_before_the_tokenizer_loads(tmp_path: Path, monkeypatch) -> None:
+    """tokenizer.json's ids read as JSON refuse it in about a second: transformers' load (5-10 s for a real
+    vocabulary) never starts. And a tokenizer.json within the limit whose tokenizer_config.json adds tokens
+    past it is still refused by the full count after the load."""
+    from rljob_trainer.models import families
+    from rljob_trainer.run import startup
+    from tokenizers import Tokenizer, models
+
+    from rljob.api import RLJobError, parse_rljob
+    from tests.trainer.manifests import tiny_rljob
+
+    folder = copy_fixture(tmp_path, "qwen3-tied")
+    Tokenizer(models.WordLevel({f"t{i}": i for i in range(300)}, unk_token="t0")).save(
+        str(folder / "tokenizer.json")
+    )
+    job = parse_rljob(tiny_rljob(**{"model.checkpointPath": str(folder)}))
+
+    def never(*args: object) -> None:
+        raise AssertionError("the tokenizer was loaded")
+
+    monkeypatch.setattr(families, "build_tokenizer", never)
+    with pytest.raises(RLJobError, match="has 300 tokens, more than the model's vocabulary"):
+        startup.prepare(job)
+    monkeypatch.undo()
+    Tokenizer(models.WordLevel({f"t{i}": i for i in range(254)}, unk_token="t0")).save(
+        str(folder / "tokenizer.json")
+    )  # 254 ids; the fixture's tokenizer_config.json adds 4 specials: 258 > 256
+    with pytest.raises(RLJobError, match="has 258 tokens, more than the model's vocabulary"):
+        startup.prepare(job)

@@ -31,6 +31,28 @@ def tokenizer_error(folder: Path, field: str) -> str | None:
     )
 
 
+def tokenizer_json_tokens(path: Path) -> int | None:
+    """Token ids a ``tokenizer.json`` defines (its largest id + 1, vocabulary and added tokens), read as
+    JSON: a second where loading the tokenizer with ``transformers`` takes 5-10 (the vocabulary check then
+    refuses before that load). A lower bound: tokenizer_config.json can add more, which the full check
+    after the load counts. None without a readable tokenizer.json or an id table in it."""
+    file = path if path.name == "tokenizer.json" else path / "tokenizer.json"
+    try:
+        doc = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return None
+    vocab = (doc.get("model") or {}).get("vocab") if isinstance(doc, dict) else None
+    ids = []
+    if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel: token -> id
+        ids += [i for i in vocab.values() if isinstance(i, int)]
+    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...] in id order
+        ids.append(len(vocab) - 1)
+    ids += [
+        t["id"] for t in doc.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)
+    ]
+    return max(ids) + 1 if ids else None
+
+
 def tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     """Every tensor's shape in ``folder``'s ``*.safetensors``, from the headers. Raises ValueError on a file
     that is not safetensors."""

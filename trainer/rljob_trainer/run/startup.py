@@ -107,21 +107,26 @@ def prepare(job: RLJob) -> Workload:
             raise RLJobError([missing])
     tokenizer_field = "spec.model.tokenizerPath" if spec.model.tokenizerPath else "spec.model.checkpointPath"
     tokenizer_where = tokenizer_dir or checkpoint_dir
+    limit = models.vocab_size(spec.model, checkpoint_dir)
+
+    def check_vocab(vocab: int | None) -> None:
+        if limit is not None and vocab is not None and vocab > limit:
+            raise RLJobError(
+                [
+                    f"{tokenizer_field}: the tokenizer in {tokenizer_where} has {vocab} tokens, more than the "
+                    f"model's vocabulary ({limit}{' in ' + str(checkpoint_dir / 'config.json') if checkpoint_dir else ''})"
+                ]
+            )
+
+    if tokenizer_where is not None:  # tokenizer.json read as JSON: refused before transformers loads it
+        check_vocab(checkpoint_files.tokenizer_json_tokens(tokenizer_where))
     try:
         tokenizer = models.build_tokenizer(tokenizer_dir or checkpoint_dir)
     except Exception as exc:
         raise RLJobError(
             [f"{tokenizer_field}: cannot load a tokenizer: {type(exc).__name__}: {exc}"]
         ) from None
-    vocab = models.tokenizer_vocab_size(tokenizer)
-    limit = models.vocab_size(spec.model, checkpoint_dir)
-    if limit is not None and vocab > limit:
-        raise RLJobError(
-            [
-                f"{tokenizer_field}: the tokenizer in {tokenizer_where} has {vocab} tokens, more than the "
-                f"model's vocabulary ({limit}{' in ' + str(checkpoint_dir / 'config.json') if checkpoint_dir else ''})"
-            ]
-        )
+    check_vocab(models.tokenizer_vocab_size(tokenizer))  # added tokens of tokenizer_config.json too
     try:
         if spec.data is None:
             dataset = data.emit_dataset()
