@@ -162,6 +162,7 @@ IMMUTABLE_CHANGES: dict[str, dict[str, Any]] = {
     "rollout": {"rollout": {"temperature": 0.5}},
     "grpo": {"grpo": {"beta": 0.1}},
     "checkpoint": {"checkpoint": {"interval": 5}},
+    "compilationCache": {"compilationCache": {"enabled": False}},
     "metrics": {"metrics": {"port": 9465}},
     "queueName": {"queueName": "team-a"},
     "priorityClassName": {"priorityClassName": "high"},
