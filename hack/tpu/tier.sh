@@ -12,16 +12,10 @@ mkdir -p "$out/tier"
 export RLJOB_NO_SOCKETS=1 RLJOB_TPU_OUT="$out/tier"
 python3 - >"$out/host.json" 2>>"$out/setup.log" <<'PY'
 import datetime, json, os, platform
-from importlib import metadata
-v = {}
-for name in ("jax", "jaxlib", "libtpu", "libtpu-nightly", "google-tunix", "flax"):
-    try:
-        v[name] = metadata.version(name)
-    except metadata.PackageNotFoundError:
-        pass
+from tests.tpu.chip import versions
 print(json.dumps({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   "commit": os.environ.get("RLJOB_COMMIT", "?"), "python": platform.python_version(),
-                  "cpus": os.cpu_count(), "versions": v}))
+                  "cpus": os.cpu_count(), "versions": versions()}))
 PY
 start=$(date +%s)
 python3 -m pytest -p no:cacheprovider -v --durations=0 tests/tpu "$@" >"$out/pytest.log" 2>&1
