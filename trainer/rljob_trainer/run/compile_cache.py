@@ -2,7 +2,7 @@
 
 Why: every start pays XLA compilation in full (Qwen3-0.6B on the v5e chip: a 165-230-s first step; the
 CPU demo: ~50 of its 60 s), and on GKE every restart pays it on every host. With the cache a restart
-reads the compiled programs back (the chip: 64 s instead of 230 s; the demo: about 14 s instead of 56 s,
+reads the compiled programs back (the chip: 64 s instead of 230 s; the demo run: 13.7 s instead of 43 s,
 docs/trainer.md "Measured"). JAX keys every entry by the program and the compiler, so a changed model,
 shape or JAX version compiles anew and never loads a stale program.
 
