@@ -37,6 +37,8 @@ def _trainer(t: float, since: float) -> list[tuple[str, dict[str, str], float]]:
     out: list[tuple[str, dict[str, str], float]] = [
         ("rljob_trainer_time_seconds_total", {"kind": "productive_step"}, 0.95 * up),
         ("rljob_trainer_time_seconds_total", {"kind": "compile"}, 0.05 * up),
+        ("rljob_trainer_compile_seconds_total", {"phase": "rollout"}, 0.02 * up),
+        ("rljob_trainer_compile_seconds_total", {"phase": "actor_train"}, 0.03 * up),
         ("rljob_trainer_model_flops_total", {"phase": "rollout"}, 0.5e12 * up),
         ("rljob_trainer_model_flops_total", {"phase": "actor_train"}, 1.4e12 * up),
         ("rljob_trainer_phase_duration_seconds_sum", {"phase": "rollout"}, 3.0 * steps),
