@@ -236,11 +236,11 @@ def test_compiles_are_counted_by_the_phase_of_the_thread_that_compiled() -> None
     t = threading.Thread(target=worker)
     t.start()
     in_rollout.wait(5)
-    with rec.phase("train"):  # the main thread trains while the worker is in rollout
+    with rec.phase("train"):  # the main thread trains while the worker, in rollout, compiles
+        go_on.set()
+        t.join(5)
         tm.on_compile(event, 3.0)
         tm.on_compile(event, 1.0)
-    go_on.set()
-    t.join(5)
     s = samples(tm)
     assert value(s, "rljob_trainer_compilations_total", phase="startup") == 1
     assert value(s, "rljob_trainer_compilations_total", phase="rollout") == 1
