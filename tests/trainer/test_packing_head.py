@@ -111,7 +111,7 @@ def test_auto_vocab_chunk():
     assert auto_vocab_chunk("qwen3", 151936, "blocked") == CHUNK_TOKENS == 256
     assert auto_vocab_chunk("llama3", big, "dense") == CHUNK_TOKENS
     assert auto_vocab_chunk("qwen3", CHUNK_ABOVE_VOCAB, "blocked") == 0  # small vocabulary: whole head
-    assert auto_vocab_chunk("qwen2", big, "splash") == 0  # Tunix's splash call applies its own head
+    assert auto_vocab_chunk("qwen2", big, "splash") == CHUNK_TOKENS  # splash stops at the norm too
     assert auto_vocab_chunk("gemma3", big, "dense") == 0  # no forward that stops at the final norm
     assert auto_vocab_chunk("maxtext", big, "segments") == 0
 

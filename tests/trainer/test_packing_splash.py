@@ -63,15 +63,17 @@ def test_splash_logps_equal_unpacked(family):
     )
     mask = np.asarray(ex.completion_mask)
     # "completions": the layers' own splash blocks up to the final norm, the head at completion columns
-    # only (the trainer's default on TPU); "rows": the model's own call, head at every column.
-    for block, head_at in ((128, "completions"), (256, "completions"), (128, "rows")):  # 128: across blocks
+    # only (the trainer's default on TPU), whole or in chunks of 64 tokens (the trainer's chunks on a
+    # real vocabulary); "rows": the model's own call, head at every column.
+    cases = ((128, "completions", 0), (256, "completions", 0), (128, "completions", 64), (128, "rows", 0))
+    for block, head_at, chunk in cases:  # 128: across blocks
         logps = jax.jit(
-            lambda m, p, b=block, h=head_at: packed_per_token_logps(
-                m, p, temperature=TEMP, attention="splash", block=b, head_at=h
+            lambda m, p, b=block, h=head_at, c=chunk: packed_per_token_logps(
+                m, p, temperature=TEMP, attention="splash", block=b, head_at=h, vocab_chunk=c
             )[0]
         )
         got = np.asarray(logps(model, packed))
-        assert within(np.abs(np.where(mask, got - want, 0.0)).max(), 1e-5), (block, head_at)
+        assert within(np.abs(np.where(mask, got - want, 0.0)).max(), 1e-5), (block, head_at, chunk)
     assert not model.config.use_flash_attention  # switched on only while the packed call traced
 
 

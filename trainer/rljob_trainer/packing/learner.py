@@ -107,7 +107,8 @@ class PackedGRPOLearner(GRPOLearner):
       attention_block: preferred block size of the block-sparse attention.
       row_multiple: rows per micro-batch are a multiple of this (the data-parallel width).
       vocab_chunk: > 0 computes the per-token log-probs through the vocabulary head that many tokens
-        at a time (``head.chunked_token_logps``: exact, no ``[R, L, V]`` logits; blocked/dense only);
+        at a time (``head.chunked_token_logps``: exact, no ``[R, L, V]`` logits; on splash with the
+        head at completion columns, its default);
         0 the whole head; None (the trainer's default) ``head.auto_vocab_chunk`` of the actor model's
         family, vocabulary and the attention chosen here (256 above 32,768 words).
     """
@@ -165,8 +166,6 @@ class PackedGRPOLearner(GRPOLearner):
             model = rl_cluster.actor_trainer.model
             vocab = getattr(getattr(model, "config", None), "vocab_size", 0)  # gemma3: num_embed
             vocab_chunk = auto_vocab_chunk(family_of(model), vocab, self.attention)
-        if vocab_chunk and self.attention == "splash":
-            raise ValueError("a chunked vocabulary head needs blocked or dense packed attention, not splash")
         # The token stream (``rows.token_stream``): per-token layers skip the rows' padding columns. It
         # gathers across rows, so a single data shard only, and it needs the project's own forward.
         self.stream = (
