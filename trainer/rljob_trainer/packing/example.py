@@ -63,6 +63,9 @@ class PackedTrainExample:
     # The real tokens as one stream (``rows.token_stream``): per-token layers skip the padding columns.
     stream_index: jax.Array | None = None  # [S] flat slot of each stream token
     stream_of_slot: jax.Array | None = None  # [R * L] stream position of each slot (S = padding)
+    # Token-budget chunks (``chunks.chunk_layout``): the row fields are [C, Rc, L], completion_index
+    # [C, B, Tc], and part [C, B] says which chunk holds each sequence; None: one [R, L] batch.
+    part: jax.Array | None = None
 
     @property
     def pairs(self) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:
@@ -127,6 +130,7 @@ class PackedLayout:
     pairs: BlockPairs | None  # block-sparse attention only
     shard_imbalance: float = 1.0  # max / mean estimated cost over data-parallel shards (rows.row_costs)
     stream: tuple[np.ndarray, np.ndarray] | None = None  # rows.token_stream: (index, of_slot)
+    part: np.ndarray | None = None  # chunks.chunk_layout: [C, B], the row fields stacked per chunk
 
     def device_rows(self) -> dict[str, jax.Array]:
         """The model inputs as device arrays, keyed like ``PackedTrainExample``'s fields."""
@@ -147,6 +151,8 @@ class PackedLayout:
             )
         if self.stream is not None:
             out.update(stream_index=jnp.asarray(self.stream[0]), stream_of_slot=jnp.asarray(self.stream[1]))
+        if self.part is not None:
+            out["part"] = jnp.asarray(self.part)
         return out
 
 

@@ -33,6 +33,7 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import vanilla_rollout
 
 from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_attention, splash_block
+from rljob_trainer.packing.chunks import chunk_layout, rows_per_chunk
 from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack_train_example, plan_layout
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import packed_completion_logps
@@ -111,6 +112,9 @@ class PackedGRPOLearner(GRPOLearner):
         head at completion columns, its default);
         0 the whole head; None (the trainer's default) ``head.auto_vocab_chunk`` of the actor model's
         family, vocabulary and the attention chosen here (256 above 32,768 words).
+      token_budget: tokens per chip of one forward/backward: a micro-batch with more rows runs in
+        chunks of whole rows (``chunks.chunk_layout``), every actor-side pass, with one update equal
+        to the unsplit one (``accumulate``). None: one pass over all rows.
     """
 
     def __init__(
@@ -124,6 +128,7 @@ class PackedGRPOLearner(GRPOLearner):
         attention_block: int = 128,
         row_multiple: int = 1,
         vocab_chunk: int | None = None,
+        token_budget: int | None = None,
         metric_fns: Sequence[Any] | None = None,
         data_shuffle_seed: int | None = None,
     ):
@@ -183,6 +188,13 @@ class PackedGRPOLearner(GRPOLearner):
             "on" if self.stream else "off",
         )
         self.vocab_chunk = vocab_chunk
+        self.chunk_rows = rows_per_chunk(token_budget, row_tokens, row_multiple) if token_budget else 0
+        if self.chunk_rows:
+            log.info(
+                "packing: at most %d tokens per chip in one pass: chunks of %d rows",
+                token_budget,
+                self.chunk_rows,
+            )
         self.packing_stats = PackingStats()
         # One cache per run: micro-batches reuse compiled (rows, pairs) shapes instead of recompiling.
         nb = row_tokens // self.attention_block if self.attention == "blocked" else 0
@@ -250,6 +262,11 @@ class PackedGRPOLearner(GRPOLearner):
             shapes=self.shapes,
             stream=self.stream,
         )
+        if self.chunk_rows:
+            block = self.attention_block if self.attention == "blocked" else None
+            layout = chunk_layout(
+                layout, self.chunk_rows, row_multiple=self.row_multiple, attention_block=block
+            )
         self.packing_stats.host_seconds += time.perf_counter() - started
         return layout
 
@@ -310,6 +327,7 @@ class PackedGRPOLearner(GRPOLearner):
                     "packing/rows": (plan.num_rows, np.mean),
                     "packing/compiled_shapes": (len(self.shapes.shapes), np.max),
                     "packing/shard_imbalance": (layout.shard_imbalance, np.max),
+                    "packing/chunks": (1 if layout.part is None else len(layout.part), np.max),
                 },
                 mode=mode,
             )

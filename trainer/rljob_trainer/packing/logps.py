@@ -11,6 +11,7 @@ back to Tunix's ``[B, Tc]`` layout, so the values equal Tunix's to fp rounding a
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rljob_trainer.packing.accumulate import chunk_count, chunked_logps
 from rljob_trainer.packing.example import PackedLayout
 from rljob_trainer.packing.loss import packed_per_token_logps
 
@@ -38,6 +40,7 @@ class PackedInputs:
     pair_valid: jax.Array | None = None
     stream_index: jax.Array | None = None
     stream_of_slot: jax.Array | None = None
+    part: jax.Array | None = None  # stacked chunks (``chunks``): [C, B]; the forward does not read it
 
     @property
     def pairs(self) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:
@@ -59,16 +62,20 @@ def _logps(
     head_at: str = "auto",
 ) -> jax.Array:
     model = nnx.merge(graphdef, state)
-    logps, _ = packed_per_token_logps(
-        model,
-        rows,
-        temperature=temperature,
-        attention=attention,
-        block=block,
-        entropy=False,
-        vocab_chunk=vocab_chunk,
-        head_at=head_at,
-    )
+
+    def forward(m: Any, r: PackedInputs) -> tuple[jax.Array, jax.Array | None]:
+        return packed_per_token_logps(
+            m,
+            r,
+            temperature=temperature,
+            attention=attention,
+            block=block,
+            entropy=False,
+            vocab_chunk=vocab_chunk,
+            head_at=head_at,
+        )
+
+    logps = chunked_logps(model, rows, forward) if chunk_count(rows) else forward(model, rows)[0]
     return jax.lax.stop_gradient(logps)
 
 
@@ -131,6 +138,28 @@ def unpacked_inputs(prompt_ids: jax.Array, completion_ids: jax.Array, pad_id: in
     )
 
 
+def unpacked_chunks(
+    prompt_ids: jax.Array, completion_ids: jax.Array, pad_id: int, per_chunk: int
+) -> tuple[PackedInputs, jax.Array]:
+    """Tunix's unpacked layout (``logps.unpacked_inputs``) in ``C = ceil(B / per_chunk)`` chunks of
+    ``per_chunk`` consecutive sequences, the last filled with all-pad sequences (their queries attend
+    each other only; no completion token reads them). Returns the stacked inputs and ``part`` ``[C, B]``."""
+    b = prompt_ids.shape[0]
+    count = math.ceil(b / per_chunk)
+    fill = count * per_chunk - b
+    p = jnp.pad(prompt_ids, ((0, fill), (0, 0)), constant_values=pad_id)
+    c = jnp.pad(completion_ids, ((0, fill), (0, 0)), constant_values=pad_id)
+    p = p.reshape(count, per_chunk, -1)
+    c = c.reshape(count, per_chunk, -1)
+    stacked = jax.vmap(lambda pi, ci: unpacked_inputs(pi, ci, pad_id))(p, c)
+    chunk_of = jnp.arange(b) // per_chunk
+    mine = chunk_of[None] == jnp.arange(count)[:, None]  # [C, B]
+    # Each chunk's own [per_chunk, Tc] index, scattered to the whole batch's [B, Tc] (0 elsewhere).
+    own = stacked.completion_index.reshape(count * per_chunk, -1)[:b]  # [B, Tc], row b from its chunk
+    index = jnp.where(mine[:, :, None], own[None], 0)
+    return stacked.replace(completion_index=index), mine.astype(jnp.float32)
+
+
 def unpacked_completion_logps(
     model: Any,
     prompt_ids: jax.Array,
@@ -140,15 +169,22 @@ def unpacked_completion_logps(
     temperature: float,
     vocab_chunk: int = 0,
     head_at: str = "auto",
+    per_chunk: int = 0,
 ) -> jax.Array:
     """``[B, Tc]`` completion log-probs in Tunix's unpacked layout with dense masked attention (what
     ``common.compute_per_token_logps`` computes), the head at completion columns only by default;
-    0 at completion padding (Tunix: the pad token's log-prob; the loss masks both)."""
+    0 at completion padding (Tunix: the pad token's log-prob; the loss masks both). ``per_chunk`` > 0
+    and below ``B``: that many sequences at a time (``unpacked_chunks``; a token budget)."""
     graphdef, state = nnx.split(model)
+    prompt_ids, completion_ids = jnp.asarray(prompt_ids), jnp.asarray(completion_ids)
+    if 0 < per_chunk < prompt_ids.shape[0]:
+        rows = unpacked_chunks(prompt_ids, completion_ids, pad_id, per_chunk)[0]
+    else:
+        rows = unpacked_inputs(prompt_ids, completion_ids, pad_id)
     return _logps(
         graphdef,
         state,
-        unpacked_inputs(jnp.asarray(prompt_ids), jnp.asarray(completion_ids), pad_id),
+        rows,
         temperature=float(temperature),
         attention="dense",
         block=0,

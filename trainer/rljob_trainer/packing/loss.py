@@ -20,6 +20,7 @@ from tunix.rl import common
 from tunix.rl.algo_core import masked_mean
 
 from rljob_trainer.packing import maxtext_head
+from rljob_trainer.packing.accumulate import accumulated_loss, chunk_count
 from rljob_trainer.packing.adapter import (
     BLOCKED_FAMILIES,
     SEGMENT_FAMILIES,
@@ -33,6 +34,18 @@ from rljob_trainer.packing.example import PackedTrainExample
 from rljob_trainer.packing.head import chunked_token_logps, completion_head_logps, head_weight
 
 HEAD_AT = ("auto", "completions", "rows")
+# The fields of a packed example that a forward reads, stacked per chunk under a token budget.
+ROW_FIELDS = (
+    "tokens",
+    "positions",
+    "segment_ids",
+    "kv_segment_ids",
+    "completion_index",
+    "pair_row",
+    "pair_q",
+    "pair_k",
+    "pair_valid",
+)
 # With the chunked head at completion columns on the blocked/dense forward, the last layer's MLP and the
 # final norm run there too (``adapter.last_layer_tail``). A switch for tests and the bench's A/B.
 TAIL_AT_COMPLETIONS = True
@@ -161,8 +174,13 @@ def grpo_loss_from_logps(
     token_entropy: jax.Array,
     ex: Any,
     algo_config: Any,
+    part: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Tunix 0.1.7 ``grpo_loss_fn`` from the point where per-token log-probs exist (same math)."""
+    """Tunix 0.1.7 ``grpo_loss_fn`` from the point where per-token log-probs exist (same math).
+
+    ``part`` ``[B]`` (``accumulate.accumulated_loss``): the loss terms of these sequences only, with the
+    whole micro-batch's normalisers; the terms of a partition of the sequences add up to the loss.
+    """
     beta = algo_config.beta
     epsilon = algo_config.epsilon
     epsilon_high = getattr(algo_config, "epsilon_high", epsilon)
@@ -204,7 +222,8 @@ def grpo_loss_from_logps(
     sampler_is_weights = getattr(ex, "sampler_is_weights", None)
     if sampler_is_weights is not None:
         per_token_loss = per_token_loss * sampler_is_weights.astype(jnp.float32)
-    loss = common.aggregate_loss(per_token_loss, completion_mask, mode)
+    only = (lambda x: x) if part is None else (lambda x: x * part[:, None].astype(x.dtype))
+    loss = common.aggregate_loss(only(per_token_loss), completion_mask, mode)
 
     adv_b = jnp.broadcast_to(adv, completion_mask.shape)
     real = completion_mask > 0
@@ -243,7 +262,7 @@ def grpo_loss_from_logps(
         aux["kl"] = ((kl * completion_mask).sum() / jnp.clip(completion_mask.sum(), min=1)).astype(
             jnp.float32
         )
-        kl_loss = common.aggregate_loss(kl, completion_mask, mode)
+        kl_loss = common.aggregate_loss(only(kl), completion_mask, mode)
         aux["kl_loss"] = kl_loss
         if beta is not None and beta != 0.0:
             loss = loss + beta * kl_loss
@@ -266,15 +285,26 @@ def make_packed_grpo_loss_fn(
             raise ValueError(
                 f"packed loss implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}"
             )
-        logps, entropy = packed_per_token_logps(
+
+        def forward(m: Any, rows: Any) -> tuple[jax.Array, jax.Array]:
+            return packed_per_token_logps(  # type: ignore[return-value]  # entropy=True: never None
+                m,
+                rows,
+                temperature=algo_config.temperature,
+                attention=attention,
+                block=block,
+                vocab_chunk=vocab_chunk,
+                head_at=head_at,
+            )
+
+        if not chunk_count(train_example):
+            return grpo_loss_from_logps(*forward(model, train_example), train_example, algo_config)
+        return accumulated_loss(
             model,
-            train_example,
-            temperature=algo_config.temperature,
-            attention=attention,
-            block=block,
-            vocab_chunk=vocab_chunk,
-            head_at=head_at,
+            {f: getattr(train_example, f) for f in ROW_FIELDS if getattr(train_example, f) is not None},
+            train_example.part,
+            lambda m, fields: forward(m, train_example.replace(**fields)),
+            lambda lp, ent, part: grpo_loss_from_logps(lp, ent, train_example, algo_config, part=part),
         )
-        return grpo_loss_from_logps(logps, entropy, train_example, algo_config)
 
     return loss_fn

@@ -34,9 +34,10 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import vanilla_rollout
 from tunix.sft import sharding_utils
 
+from rljob_trainer.packing.accumulate import accumulated_loss
 from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_attention
 from rljob_trainer.packing.head import auto_vocab_chunk
-from rljob_trainer.packing.logps import unpacked_completion_logps, unpacked_inputs
+from rljob_trainer.packing.logps import unpacked_chunks, unpacked_completion_logps, unpacked_inputs
 from rljob_trainer.packing.loss import grpo_loss_from_logps, packed_per_token_logps
 
 log = logging.getLogger(__name__)
@@ -44,12 +45,14 @@ ATTENTION = "dense"  # Tunix's unpacked attention: a [B, L, L] causal mask over 
 
 
 def make_unpacked_grpo_loss_fn(
-    pad_id: int, vocab_chunk: int = 0
+    pad_id: int, vocab_chunk: int = 0, per_chunk: int = 0
 ) -> Callable[[Any, Any, Any], tuple[jax.Array, dict[str, jax.Array]]]:
     """Tunix's GRPO loss on its unpacked ``TrainExample`` with the head at completion columns only.
 
     The signature Tunix's actor trainer calls: ``(model, train_example, algo_config)``. ``vocab_chunk``
     > 0: the head over that many completion tokens at a time (``head.chunked_token_logps``).
+    ``per_chunk`` > 0 and below the micro-batch: forward/backward over that many sequences at a time,
+    the gradients summed into the one update of the whole micro-batch (``accumulate``).
     """
 
     def loss_fn(model: Any, train_example: Any, algo_config: Any) -> Any:
@@ -57,17 +60,30 @@ def make_unpacked_grpo_loss_fn(
             raise ValueError(
                 f"the unpacked learner's loss implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}"
             )
-        rows = unpacked_inputs(train_example.prompt_ids, train_example.completion_ids, pad_id)
-        logps, entropy = packed_per_token_logps(
+
+        def forward(m: Any, rows: Any) -> tuple[jax.Array, jax.Array]:
+            return packed_per_token_logps(  # type: ignore[return-value]  # entropy=True: never None
+                m,
+                rows,
+                temperature=algo_config.temperature,
+                attention=ATTENTION,
+                block=0,
+                vocab_chunk=vocab_chunk,
+                head_at="completions",
+            )
+
+        prompt, completion = train_example.prompt_ids, train_example.completion_ids
+        if not 0 < per_chunk < prompt.shape[0]:
+            logps, entropy = forward(model, unpacked_inputs(prompt, completion, pad_id))
+            return grpo_loss_from_logps(logps, entropy, train_example, algo_config)
+        chunks, parts = unpacked_chunks(prompt, completion, pad_id, per_chunk)
+        return accumulated_loss(
             model,
-            rows,
-            temperature=algo_config.temperature,
-            attention=ATTENTION,
-            block=0,
-            vocab_chunk=vocab_chunk,
-            head_at="completions",
+            chunks,
+            parts,
+            forward,
+            lambda lp, ent, part: grpo_loss_from_logps(lp, ent, train_example, algo_config, part=part),
         )
-        return grpo_loss_from_logps(logps, entropy, train_example, algo_config)
 
     return loss_fn
 
@@ -79,6 +95,9 @@ class UnpackedGRPOLearner(GRPOLearner):
       vocab_chunk: > 0 computes the head over that many completion tokens at a time (exact, no
         ``[K, V]`` logits); 0 the whole head at once; None (the trainer's default)
         ``head.auto_vocab_chunk`` of the actor's family and vocabulary (256 above 32,768 words).
+      token_budget: tokens per chip of one forward/backward: a micro-batch of more sequences (each
+        ``max prompt + max completion`` slots in Tunix's layout) runs in chunks of whole sequences,
+        every actor-side pass, with one update equal to the unsplit one (``accumulate``). None: one pass.
     """
 
     UNPACKED: ClassVar[bool] = True  # tunix_bridge.is_packed: tokens counted as Tunix's [B, P + Tc] slots
@@ -91,6 +110,7 @@ class UnpackedGRPOLearner(GRPOLearner):
         reward_fns: Any,
         *,
         vocab_chunk: int | None = None,
+        token_budget: int | None = None,
         metric_fns: Sequence[Any] | None = None,
         data_shuffle_seed: int | None = None,
     ):
@@ -120,6 +140,14 @@ class UnpackedGRPOLearner(GRPOLearner):
             vocab = getattr(getattr(model, "config", None), "vocab_size", 0)
             vocab_chunk = auto_vocab_chunk(family, vocab, ATTENTION)
         self.vocab_chunk = vocab_chunk
+        rollout = rl_cluster.cluster_config.rollout_config
+        rollout = next(iter(rollout.values())) if isinstance(rollout, dict) else rollout
+        slots = rollout.max_prompt_length + rollout.max_tokens_to_generate  # one sequence's row
+        self.per_chunk = max(1, token_budget // slots) if token_budget else 0
+        if self.per_chunk:
+            log.info(
+                "unpacked: at most %d tokens per pass: chunks of %d sequences", token_budget, self.per_chunk
+            )
         log.info(
             "unpacked: Tunix's rows, %s attention, vocabulary head at completion columns only "
             "(reference, old policy, train) in chunks of %s tokens",
@@ -128,7 +156,7 @@ class UnpackedGRPOLearner(GRPOLearner):
         )
         pad_id = int(self.rl_cluster.rollout.pad_id())
         self.rl_cluster.actor_trainer.with_loss_fn(
-            make_unpacked_grpo_loss_fn(pad_id, vocab_chunk), has_aux=True
+            make_unpacked_grpo_loss_fn(pad_id, vocab_chunk, self.per_chunk), has_aux=True
         )
         self._install_logps()
 
@@ -193,6 +221,7 @@ class UnpackedGRPOLearner(GRPOLearner):
                 temperature=temperature,
                 vocab_chunk=self.vocab_chunk,
                 head_at="completions",
+                per_chunk=self.per_chunk,
             )
             for s in rl_utils.chunk_slices_by_size(stop=batch, step=micro_batch_size or batch)
         ]

@@ -1,0 +1,129 @@
+"""Token-budget micro-batches (``accumulate``, ``chunks``): a micro-batch whose tokens exceed the budget
+runs every actor-side pass in chunks, one chunk's activations at a time, and the optimizer update is
+still the unsplit one.
+
+Tested the way the trainer runs it: whole GRPO steps through Tunix's learner loop (reference, old-policy
+and train passes, two iterations, micro-batches), the parameters after the step compared with the same
+learner without a budget (1e-5), for packed rows (blocked and dense attention) and unpacked sequences,
+under each of Tunix's loss aggregations the chunk terms must add up for.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from rljob_trainer.packing import accumulate
+from rljob_trainer.packing import chunks as chunks_module
+from rljob_trainer.packing.chunks import chunk_layout, rows_per_chunk
+from rljob_trainer.packing.example import plan_layout
+from rljob_trainer.packing.learner import PackedGRPOLearner
+from rljob_trainer.packing.testing import PAD_ID, grpo_config, length_reward, random_train_example, tiny_cluster
+from rljob_trainer.packing.unpacked import UnpackedGRPOLearner
+
+MAX_P, MAX_C, ROW = 8, 24, 32
+PROMPTS = np.array(["ab", "cde", "f", "ghij"])
+
+
+def run_step(make, loss_agg_mode="sequence-mean-token-mean", **learner_kwargs):
+    """One global step: 4 prompts x 2 generations, mini-batch 2 (two updates), micro-batch 2, two
+    GRPO iterations, beta 0.04. Returns the parameters after it and the learner."""
+    cluster = tiny_cluster("qwen3", max_prompt=MAX_P, max_completion=MAX_C, mini_batch=2, micro_batch=2, beta=0.04)
+    cfg = grpo_config(num_iterations=2, loss_agg_mode=loss_agg_mode)
+    learner = make(rl_cluster=cluster, algo_config=cfg, reward_fns=[length_reward], **learner_kwargs)
+    learner.train([{"prompts": PROMPTS}])
+    params = [np.asarray(p) for p in jax.tree.leaves(nnx.state(cluster.actor_trainer.model, nnx.Param))]
+    return params, learner
+
+
+def assert_same_update(got, want):
+    for p, q in zip(got, want, strict=True):
+        assert np.abs(p - q).max() < 1e-5
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["sequence-mean-token-mean", "token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("attention", ["blocked", "dense"])
+def test_packed_step_in_chunks_makes_the_unsplit_update(monkeypatch, attention, loss_agg_mode):
+    counts = []
+    real = chunks_module.chunk_layout
+
+    def spy(layout, rows, **kw):
+        out = real(layout, rows, **kw)
+        counts.append(0 if out.part is None else len(out.part))
+        return out
+
+    monkeypatch.setattr("rljob_trainer.packing.learner.chunk_layout", spy)
+    kw = dict(row_tokens=ROW, attention=attention, vocab_chunk=0)
+    want, _ = run_step(PackedGRPOLearner, loss_agg_mode, **kw)
+    got, learner = run_step(PackedGRPOLearner, loss_agg_mode, token_budget=ROW, **kw)
+    assert learner.chunk_rows == 1
+    assert max(counts) >= 2, counts  # the budget did cut the micro-batches
+    assert_same_update(got, want)
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["sequence-mean-token-mean", "token-mean"])
+def test_unpacked_step_in_chunks_makes_the_unsplit_update(monkeypatch, loss_agg_mode):
+    calls = []
+    real = accumulate.accumulated_loss
+    monkeypatch.setattr(
+        "rljob_trainer.packing.unpacked.accumulated_loss",
+        lambda model, chunks, parts, *a: calls.append(parts.shape) or real(model, chunks, parts, *a),
+    )
+    want, _ = run_step(UnpackedGRPOLearner, loss_agg_mode, vocab_chunk=7)
+    got, learner = run_step(UnpackedGRPOLearner, loss_agg_mode, vocab_chunk=7, token_budget=3 * (MAX_P + MAX_C))
+    assert learner.per_chunk == 3
+    assert calls and all(shape == (2, 4) for shape in calls), calls  # 4 sequences: chunks of 3 + 1
+    assert_same_update(got, want)
+
+
+def test_a_chunk_loss_with_its_own_normaliser_is_caught(monkeypatch):
+    """Normalising each chunk by its own tokens (what a naive split does) changes the update."""
+    from rljob_trainer.packing import loss as loss_module
+
+    real = loss_module.grpo_loss_from_logps
+
+    def own_mask(lp, ent, ex, cfg, part=None):
+        if part is None:
+            return real(lp, ent, ex, cfg)
+        return real(lp, ent, ex.replace(completion_mask=ex.completion_mask * part[:, None]), cfg, part=part)
+
+    kw = dict(row_tokens=ROW, attention="blocked", vocab_chunk=0)
+    want, _ = run_step(PackedGRPOLearner, **kw)
+    monkeypatch.setattr(loss_module, "grpo_loss_from_logps", own_mask)
+    jax.clear_caches()
+    try:
+        got, _ = run_step(PackedGRPOLearner, token_budget=ROW, **kw)
+    finally:
+        jax.clear_caches()
+    assert max(float(np.abs(p - q).max()) for p, q in zip(got, want, strict=True)) > 1e-5
+
+
+def test_chunk_layout_keeps_every_sequence_whole_in_one_chunk():
+    ex = random_train_example(
+        [8, 3, 5, 1, 6, 2, 7], [24, 9, 2, 17, 20, 5, 11], max_prompt=MAX_P, max_completion=MAX_C, seed=1
+    )
+    args = (ex.prompt_ids, ex.prompt_mask, ex.completion_ids, ex.completion_mask, ROW)
+    layout = plan_layout(*args, pad_id=PAD_ID, attention_block=8, row_multiple=2)
+    out = chunk_layout(layout, 2, row_multiple=2, attention_block=8)
+    count = len(out.part)
+    assert count == -(-layout.plan.rows_used // 2) and out.tokens.shape == (count, 2, ROW)
+    assert (out.part.sum(0) == 1).all()  # each sequence in exactly one chunk
+    flat = layout.tokens.reshape(-1)
+    mask = np.asarray(ex.completion_mask).astype(bool)
+    for c in range(count):
+        mine = out.part[c].astype(bool)
+        idx = out.completion_index[c]
+        assert (idx[~mine] == 0).all()
+        # the completion tokens read from the chunk are the ones the unchunked layout holds
+        got = out.tokens[c].reshape(-1)[idx[mine]]
+        want = flat[layout.completion_index[mine]]
+        assert np.array_equal(got[mask[mine]], want[mask[mine]])
+    assert out.pairs.row.shape[0] == count and int(out.tokens.astype(bool).sum()) == int(flat.astype(bool).sum())
+    assert chunk_layout(layout, layout.plan.rows_used) is layout  # one chunk holds it: unchanged
+
+
+def test_rows_per_chunk():
+    assert rows_per_chunk(8192, 2048) == 4
+    assert rows_per_chunk(8192, 2048, row_multiple=4) == 16  # per chip, over 4 data-parallel chips
+    assert rows_per_chunk(1000, 2048) == 1  # a row is the least a chip can hold
