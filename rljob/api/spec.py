@@ -113,6 +113,12 @@ class GRPOSpec(Model):
     """Prompts per optimizer update. Unset: batchSize (one update per step). Must divide batchSize."""
     microBatchSize: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     """Prompts per forward/backward pass (gradient accumulation). Unset: miniBatchSize. Must divide it."""
+    maxTokensPerTpu: Annotated[int, Field(ge=256, le=16_777_216)] | None = None
+    """Token budget per chip of one forward/backward pass (verl's ppo_max_token_len_per_gpu, slime's
+    --max-tokens-per-gpu). A micro-batch holding more runs in chunks (whole packed rows, or whole
+    sequences with packing off) whose gradients add up to the same single update. Unset: chosen from
+    the chip's free HBM after the training state (no limit where the backend reports no memory, as on
+    CPU)."""
     numIterations: Annotated[int, Field(ge=1, le=64)] = 1
     """GRPO iterations (mu): passes over each batch of rollouts."""
     maxSteps: Annotated[int, Field(ge=1, le=100_000_000)] = 100

@@ -19,7 +19,13 @@ from rljob_trainer.packing import chunks as chunks_module
 from rljob_trainer.packing.chunks import chunk_layout, rows_per_chunk
 from rljob_trainer.packing.example import plan_layout
 from rljob_trainer.packing.learner import PackedGRPOLearner
-from rljob_trainer.packing.testing import PAD_ID, grpo_config, length_reward, random_train_example, tiny_cluster
+from rljob_trainer.packing.testing import (
+    PAD_ID,
+    grpo_config,
+    length_reward,
+    random_train_example,
+    tiny_cluster,
+)
 from rljob_trainer.packing.unpacked import UnpackedGRPOLearner
 
 MAX_P, MAX_C, ROW = 8, 24, 32
@@ -29,7 +35,9 @@ PROMPTS = np.array(["ab", "cde", "f", "ghij"])
 def run_step(make, loss_agg_mode="sequence-mean-token-mean", **learner_kwargs):
     """One global step: 4 prompts x 2 generations, mini-batch 2 (two updates), micro-batch 2, two
     GRPO iterations, beta 0.04. Returns the parameters after it and the learner."""
-    cluster = tiny_cluster("qwen3", max_prompt=MAX_P, max_completion=MAX_C, mini_batch=2, micro_batch=2, beta=0.04)
+    cluster = tiny_cluster(
+        "qwen3", max_prompt=MAX_P, max_completion=MAX_C, mini_batch=2, micro_batch=2, beta=0.04
+    )
     cfg = grpo_config(num_iterations=2, loss_agg_mode=loss_agg_mode)
     learner = make(rl_cluster=cluster, algo_config=cfg, reward_fns=[length_reward], **learner_kwargs)
     learner.train([{"prompts": PROMPTS}])
@@ -71,7 +79,9 @@ def test_unpacked_step_in_chunks_makes_the_unsplit_update(monkeypatch, loss_agg_
         lambda model, chunks, parts, *a: calls.append(parts.shape) or real(model, chunks, parts, *a),
     )
     want, _ = run_step(UnpackedGRPOLearner, loss_agg_mode, vocab_chunk=7)
-    got, learner = run_step(UnpackedGRPOLearner, loss_agg_mode, vocab_chunk=7, token_budget=3 * (MAX_P + MAX_C))
+    got, learner = run_step(
+        UnpackedGRPOLearner, loss_agg_mode, vocab_chunk=7, token_budget=3 * (MAX_P + MAX_C)
+    )
     assert learner.per_chunk == 3
     assert calls and all(shape == (2, 4) for shape in calls), calls  # 4 sequences: chunks of 3 + 1
     assert_same_update(got, want)
@@ -119,7 +129,9 @@ def test_chunk_layout_keeps_every_sequence_whole_in_one_chunk():
         got = out.tokens[c].reshape(-1)[idx[mine]]
         want = flat[layout.completion_index[mine]]
         assert np.array_equal(got[mask[mine]], want[mask[mine]])
-    assert out.pairs.row.shape[0] == count and int(out.tokens.astype(bool).sum()) == int(flat.astype(bool).sum())
+    assert out.pairs.row.shape[0] == count and int(out.tokens.astype(bool).sum()) == int(
+        flat.astype(bool).sum()
+    )
     assert chunk_layout(layout, layout.plan.rows_used) is layout  # one chunk holds it: unchanged
 
 
@@ -127,3 +139,17 @@ def test_rows_per_chunk():
     assert rows_per_chunk(8192, 2048) == 4
     assert rows_per_chunk(8192, 2048, row_multiple=4) == 16  # per chip, over 4 data-parallel chips
     assert rows_per_chunk(1000, 2048) == 1  # a row is the least a chip can hold
+
+
+def test_token_budget_requested_or_from_free_hbm(monkeypatch):
+    from rljob_trainer import memory
+    from rljob_trainer.packing.testing import tiny_model
+
+    model = tiny_model("qwen3")
+    assert memory.token_budget(4096, model) == 4096  # the RLJob's value wins
+    assert memory.free_hbm_bytes() is None and memory.token_budget(None, model) is None  # CPU: no limit
+    monkeypatch.setattr(memory, "free_hbm_bytes", lambda: 8 * 2**30)
+    cfg = model.config
+    per_token = memory.bytes_per_token(cfg)
+    assert per_token == 4 * (cfg.num_layers * cfg.embed_dim + 4 * (3 * cfg.hidden_dim + 4 * cfg.embed_dim))
+    assert memory.token_budget(None, model) == int(memory.BUDGET_SHARE * 8 * 2**30) // per_token

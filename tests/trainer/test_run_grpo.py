@@ -103,3 +103,19 @@ def test_unpacked_learner_trains_as_tunix_grpo_learner(monkeypatch: pytest.Monke
     for name in po:  # Adam at lr 0.01 turns gradient rounding on near-zero-gradient elements into steps
         # of ~1e-4 (seen: 1.3e-4 on one element of 2,048 on another CPU); a column-shifted head: 3.9e-3
         np.testing.assert_allclose(po[name], pt[name], atol=5e-4, err_msg=name)
+
+
+def test_a_token_budget_reaches_both_learners_and_trains_the_same() -> None:
+    """``spec.grpo.maxTokensPerTpu`` through the trainer entry: the packed learner cuts its micro-batches
+    into chunks of 2 rows of 128, the unpacked one into chunks of 5 sequences of 48 slots (8 sequences a
+    micro-batch: 2 chunks each), and both runs agree as unchunked packed and unpacked runs do (that each
+    equals its unchunked run to 1e-5 is tests/trainer/test_packing_budget.py)."""
+    small = {"maxSteps": 3, "batchSize": 2, "beta": 0.04, "maxTokensPerTpu": 256}
+    unpacked = trainer_main.train(job(**small))
+    packed = trainer_main.train(job(packing=128, **small))
+    assert (packed.learner.chunk_rows, unpacked.learner.per_chunk) == (2, 5)
+    for u, p in zip(unpacked.recorder.reports, packed.recorder.reports, strict=True):
+        np.testing.assert_allclose(p.rewards, u.rewards, atol=1e-6)
+    pu, pp = _final_params(unpacked), _final_params(packed)
+    for name in pu:  # Adam on near-zero gradients (see above): seen 1.7e-4 on 4 of 16,384 elements
+        np.testing.assert_allclose(pp[name], pu[name], atol=5e-4, err_msg=name)

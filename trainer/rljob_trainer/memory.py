@@ -18,17 +18,27 @@
   shardings (so the step still compiles once) without the copy: zero-copy where the sharding is
   equivalent, and at most one leaf in flight where it is not.
 
+* ``token_budget``: the token budget per chip of one actor-side pass (``spec.grpo.maxTokensPerTpu``),
+  unset chosen from the chip's free HBM once the training state exists (``packing.accumulate``).
+
 Imports JAX, Flax and Tunix: only from ``tunix_bridge``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import jax
 from flax import nnx
 from jax.interpreters import pxla
+
+log = logging.getLogger(__name__)
+
+# Share of the free HBM the automatic token budget plans for; the rest is left to XLA's temporaries
+# that the estimate below does not count (the vocabulary head's chunks, the optimizer update).
+BUDGET_SHARE = 0.5
 
 
 def drop_anchor_copy(cluster: Any) -> None:
@@ -85,3 +95,43 @@ def shard_optimizer_in_place(trainer: Any, mesh: jax.sharding.Mesh) -> None:
         return jax.device_put(leaf, target, donate=True)
 
     nnx.update(trainer.optimizer, jax.tree.map(place, state, pspecs))
+
+
+def free_hbm_bytes() -> int | None:
+    """Bytes the first local device can still allocate, or None where the backend reports no memory
+    statistics (CPU)."""
+    stats = jax.local_devices()[0].memory_stats()
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"]) - int(stats["bytes_in_use"])
+
+
+def bytes_per_token(config: Any) -> int | None:
+    """Estimated device bytes one token of the train pass holds (None if the config does not say).
+
+    Each layer's input kept for the rematerialised backward (``layers x D``) and one layer's working
+    set, forward and backward (projections ``~4 D``, MLP ``3 F``, twice), all float32 at worst: an upper
+    estimate, checked against the chip's measured peaks in docs/tpu.md.
+    """
+    layers, d, f = (getattr(config, k, None) for k in ("num_layers", "embed_dim", "hidden_dim"))
+    if not (layers and d and f):
+        return None
+    return 4 * (layers * d + 2 * 2 * (3 * f + 4 * d))
+
+
+def token_budget(requested: int | None, model: Any) -> int | None:
+    """``requested`` (``spec.grpo.maxTokensPerTpu``), else ``BUDGET_SHARE`` of the free HBM over
+    ``bytes_per_token``; None (one pass over a whole micro-batch) where neither is known."""
+    if requested:
+        return requested
+    free, per_token = free_hbm_bytes(), bytes_per_token(getattr(model, "config", None))
+    if free is None or per_token is None:
+        return None
+    budget = max(256, int(BUDGET_SHARE * free) // per_token)
+    log.info(
+        "token budget: %d tokens per chip per pass (%.2f GiB free after the training state, ~%d KiB a token)",
+        budget,
+        free / 2**30,
+        per_token // 1024,
+    )
+    return budget

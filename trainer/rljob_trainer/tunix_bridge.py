@@ -15,6 +15,7 @@ Mapping (see docs/trainer.md for the table):
   spec.packing.maxSeqTokenPerTpu == 0 -> Tunix qwen3/qwen2/llama3: the packing package's unpacked learner
                                          (Tunix's rows, the vocabulary head at completion columns only);
                                          otherwise Tunix's own GRPOLearner
+  spec.grpo.maxTokensPerTpu           -> those learners' token_budget (unset: ``memory.token_budget``)
 
 Tunix's learner loop is kept; a thin mixin around it seeds each rollout from (seed, step), times the
 phases and reports each step to the callbacks in ``progress.StepRecorder``.
@@ -22,6 +23,7 @@ phases and reports each step to the callbacks in ``progress.StepRecorder``.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Iterable
@@ -398,6 +400,8 @@ def build(
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
     recorder.packed = is_packed(base)
+    if "token_budget" in inspect.signature(base).parameters:  # the packing package's learners
+        extra["token_budget"] = memory.token_budget(spec.grpo.maxTokensPerTpu, actor)
     learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})
     learner = learner_cls(rl_cluster=cluster, algo_config=grpo_config(spec), reward_fns=reward_fns, **extra)
     learner._setup_instrumentation(recorder, spec.grpo.seed, start_step)
