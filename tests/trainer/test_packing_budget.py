@@ -153,3 +153,17 @@ def test_token_budget_requested_or_from_free_hbm(monkeypatch):
     per_token = memory.bytes_per_token(cfg)
     assert per_token == 4 * (cfg.num_layers * cfg.embed_dim + 4 * (3 * cfg.hidden_dim + 4 * cfg.embed_dim))
     assert memory.token_budget(None, model) == int(memory.BUDGET_SHARE * 8 * 2**30) // per_token
+
+
+def test_rollout_prompts_fit_the_kv_cache_in_free_hbm(monkeypatch):
+    from rljob_trainer import memory
+    from rljob_trainer.packing.testing import tiny_model
+
+    model = tiny_model("qwen3")
+    assert memory.rollout_prompts(16, 8, 8, 1024, model) is None  # CPU: no memory statistics
+    per_seq = memory.kv_bytes_per_sequence(model.config, 1024, 4)  # the tiny model computes in float32
+    cfg = model.config
+    assert per_seq == 1024 * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
+    monkeypatch.setattr(memory, "free_hbm_bytes", lambda: int(3 * 8 * per_seq / memory.ROLLOUT_SHARE) + 1)
+    assert memory.rollout_prompts(16, 8, 8, 1024, model) == 2  # 3 fit; the largest divisor of 16 is 2
+    assert memory.rollout_prompts(16, 2, 8, 1024, model) is None  # the micro-batch itself fits

@@ -119,3 +119,17 @@ def test_a_token_budget_reaches_both_learners_and_trains_the_same() -> None:
     pu, pp = _final_params(unpacked), _final_params(packed)
     for name in pu:  # Adam on near-zero gradients (see above): seen 1.7e-4 on 4 of 16,384 elements
         np.testing.assert_allclose(pp[name], pu[name], atol=5e-4, err_msg=name)
+
+
+def test_a_chunked_rollout_draws_a_fresh_seed_per_sampler_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the KV cache does not fit (``memory.rollout_prompts``), Tunix samples a step in several
+    sampler calls of one config; each call gets its own seed (one shared seed would give every slice
+    the same random stream), a pure function of (seed, step, call) as before."""
+    from rljob_trainer import memory
+
+    monkeypatch.setattr(memory, "rollout_prompts", lambda *a: 1)  # 1 prompt x 4 generations per call
+    run = trainer_main.train(job(maxSteps=2, batchSize=2, beta=0.0))
+    seeds = [rep.rollout_seeds for rep in run.recorder.reports]
+    assert [len(s) for s in seeds] == [2, 2]
+    assert len({s for step in seeds for s in step}) == 4
+    assert seeds[1] == (run.learner.rollout_seed(2, 0), run.learner.rollout_seed(2, 1))

@@ -20,6 +20,8 @@
 
 * ``token_budget``: the token budget per chip of one actor-side pass (``spec.grpo.maxTokensPerTpu``),
   unset chosen from the chip's free HBM once the training state exists (``packing.accumulate``).
+* ``rollout_prompts``: prompts per call of the JAX sampler, so its KV cache fits beside the training
+  state (Tunix's ``rollout_micro_batch_size``; the same tokens, drawn in several calls).
 
 Imports JAX, Flax and Tunix: only from ``tunix_bridge``.
 """
@@ -31,6 +33,7 @@ import logging
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 from jax.interpreters import pxla
 
@@ -39,6 +42,9 @@ log = logging.getLogger(__name__)
 # Share of the free HBM the automatic token budget plans for; the rest is left to XLA's temporaries
 # that the estimate below does not count (the vocabulary head's chunks, the optimizer update).
 BUDGET_SHARE = 0.5
+# Share of the free HBM the sampler's KV cache may take (Tunix can sample the next micro-batch while
+# the current one trains, so the two shares add up to less than the whole).
+ROLLOUT_SHARE = 0.4
 
 
 def drop_anchor_copy(cluster: Any) -> None:
@@ -135,3 +141,37 @@ def token_budget(requested: int | None, model: Any) -> int | None:
         per_token // 1024,
     )
     return budget
+
+
+def kv_bytes_per_sequence(config: Any, tokens: int, dtype_bytes: int = 2) -> int | None:
+    """The sampler's KV cache of one sequence of ``tokens`` (keys and values of every layer)."""
+    layers, heads, dim = (getattr(config, k, None) for k in ("num_layers", "num_kv_heads", "head_dim"))
+    if not (layers and heads and dim):
+        return None
+    return tokens * layers * 2 * heads * dim * dtype_bytes
+
+
+def rollout_prompts(batch: int, micro: int, generations: int, tokens: int, model: Any) -> int | None:
+    """The most prompts per sampler call (a divisor of ``batch``, as Tunix requires, at most the train
+    micro-batch ``micro``, Tunix's default) whose ``generations`` sequences' KV cache of ``tokens`` fits
+    ``ROLLOUT_SHARE`` of the free HBM; None where ``micro`` fits or the backend reports no memory (CPU).
+
+    Each call draws with its own seed (``tunix_bridge``: from seed, step and call), so a chunked step
+    samples other tokens than an unchunked one would, from the same distribution, reproducibly."""
+    config = getattr(model, "config", None)
+    dtype_bytes = jnp.dtype(getattr(config, "dtype", None) or jnp.bfloat16).itemsize
+    free, per_seq = free_hbm_bytes(), kv_bytes_per_sequence(config, tokens, dtype_bytes)
+    if free is None or per_seq is None:
+        return None
+    fits = int(ROLLOUT_SHARE * free) // (per_seq * generations)
+    best = max([d for d in range(1, micro + 1) if batch % d == 0 and d <= fits], default=1)
+    if best >= micro:
+        return None
+    log.info(
+        "rollout: %d of %d prompts per sampler call (KV cache %.2f GiB a call, %.2f GiB free)",
+        best,
+        batch,
+        best * generations * per_seq / 2**30,
+        free / 2**30,
+    )
+    return best

@@ -277,6 +277,20 @@ class _Instrumented:
             ("sync_weights", "weight_sync"),
         ):
             setattr(cluster, method, _timed(getattr(cluster, method), recorder, phase))
+        sample = cluster.rollout.generate
+
+        def generate(prompts: Any, config: Any, **kwargs: Any) -> Any:
+            """Each sampler call of a training step draws with its own seed: Tunix's ``generate`` calls
+            the sampler once per ``rollout_micro_batch_size`` slice with one config, which would give
+            every slice the same random stream (``memory.rollout_prompts`` makes such slices)."""
+            if config is cluster.get_rollout_config(Mode.TRAIN):
+                seed = self.rollout_seed(self._step, self._rollout_calls)
+                self._rollout_calls += 1
+                config.seed = seed
+                self.recorder.add_seed(seed)
+            return sample(prompts, config, **kwargs)
+
+        cluster.rollout.generate = generate
 
     def rollout_seed(self, step: int, call: int) -> int:
         """Seed of the ``call``-th generate call of 1-based ``step``: a pure function of (seed, step, call),
@@ -298,11 +312,6 @@ class _Instrumented:
             self.recorder.add_tokens(real, computed, used)
 
     def _generate_and_compute_advantage(self, training_input: Any, mode: Any = Mode.TRAIN) -> Any:
-        if mode == Mode.TRAIN:
-            seed = self.rollout_seed(self._step, self._rollout_calls)
-            self._rollout_calls += 1
-            self.rl_cluster.get_rollout_config(Mode.TRAIN).seed = seed  # type: ignore[attr-defined]
-            self.recorder.add_seed(seed)
         example = super()._generate_and_compute_advantage(training_input, mode)  # type: ignore[misc]
         if mode == Mode.TRAIN and not self.recorder.packed:  # packed: counted from the rows, see below
             rows = int(example.prompt_ids.shape[0])
@@ -397,6 +406,11 @@ def build(
     )
     memory.drop_anchor_copy(cluster)  # memory levers that change no number (memory.py)
     memory.donate_model_in_train_step(cluster.actor_trainer)
+    if spec.rollout.engine == "vanilla":  # vLLM sizes its own cache (spec.rollout.hbmUtilization)
+        g = spec.grpo
+        micro = g.microBatchSize or g.miniBatchSize or g.batchSize
+        prompts = memory.rollout_prompts(g.batchSize, micro, g.numGenerations, lengths(spec).total, actor)
+        cluster.cluster_config.training_config.rollout_micro_batch_size = prompts
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
     recorder.packed = is_packed(base)
