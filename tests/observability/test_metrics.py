@@ -248,3 +248,24 @@ def test_compiles_are_counted_by_the_phase_of_the_thread_that_compiled() -> None
     assert value(s, "rljob_trainer_compile_seconds_total", phase="actor_train") == 4.0
     assert value(s, "rljob_trainer_time_seconds_total", kind="compile") == 11.0
     assert rec.active_phase() is None
+
+
+def test_hbm_by_phase_from_the_recorders_memory_probe() -> None:
+    """Each phase's end reads the accelerator's (in use, peak): the recorder keeps the largest of a
+    step's runs of a phase, the metrics export them by phase; no probe (CPU): no series."""
+    tm = m.TrainerMetrics(rljob="j", process=1, baseline_seconds=None, max_steps=10)
+    recorder = StepRecorder(max_steps=10, packed=True, callbacks=[tm])
+    readings = iter([(5, 9), (7, 12), (6, 12), (4, 20)])
+    recorder.memory_probe = lambda: next(readings)
+    recorder.begin(1)
+    for phase in ("rollout", "reference", "reference", "train"):
+        with recorder.phase(phase):
+            pass
+    r = recorder.finish()
+    assert r is not None and r.phase_hbm == {"rollout": (5, 9), "reference": (7, 12), "train": (4, 20)}
+    s = samples(tm)
+    assert value(s, "rljob_trainer_hbm_bytes_in_use", phase="ref_inference") == 7
+    assert value(s, "rljob_trainer_hbm_peak_bytes", phase="actor_train") == 20
+    plain = m.TrainerMetrics(rljob="j", process=1, baseline_seconds=None, max_steps=10)
+    plain(report(1))
+    assert not runs.series(samples(plain), "rljob_trainer_hbm_peak_bytes")

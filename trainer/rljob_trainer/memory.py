@@ -112,6 +112,15 @@ def free_hbm_bytes() -> int | None:
     return int(stats["bytes_limit"]) - int(stats["bytes_in_use"])
 
 
+def hbm_usage() -> tuple[int, int] | None:
+    """(bytes in use, peak bytes in use) of the first local device, or None without memory statistics
+    (CPU): ``StepRecorder.memory_probe``, read at the end of every phase."""
+    stats = jax.local_devices()[0].memory_stats()
+    if not stats or "bytes_in_use" not in stats:
+        return None
+    return int(stats["bytes_in_use"]), int(stats.get("peak_bytes_in_use", stats["bytes_in_use"]))
+
+
 def bytes_per_token(config: Any) -> int | None:
     """Estimated device bytes one token of the train pass holds (None if the config does not say).
 

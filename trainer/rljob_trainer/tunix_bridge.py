@@ -414,6 +414,7 @@ def build(
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
     recorder.packed = is_packed(base)
+    recorder.memory_probe = memory.hbm_usage
     if "token_budget" in inspect.signature(base).parameters:  # the packing package's learners
         extra["token_budget"] = memory.token_budget(spec.grpo.maxTokensPerTpu, actor)
     learner_cls = type(f"Instrumented{base.__name__}", (_Instrumented, base), {})

@@ -69,6 +69,8 @@ TOKENS_PER_SECOND_PER_CHIP = "rljob_trainer_tokens_per_second_per_chip"
 TIME_SECONDS = "rljob_trainer_time_seconds_total"
 COMPILATIONS = "rljob_trainer_compilations_total"
 COMPILE_SECONDS = "rljob_trainer_compile_seconds_total"
+HBM_IN_USE = "rljob_trainer_hbm_bytes_in_use"
+HBM_PEAK = "rljob_trainer_hbm_peak_bytes"
 COMPILE_OUTSIDE_PHASES = "startup"
 """The ``phase`` label of compiles outside every step phase (model and optimizer set-up, the first step's
 preparation)."""
@@ -270,6 +272,20 @@ class TrainerMetrics:
             registry=r,
         )
         self.chips = Gauge(CHIPS, "Accelerator devices the job computes on (all hosts).", base, registry=r)
+        self.hbm_in_use = Gauge(
+            HBM_IN_USE,
+            "Accelerator memory in use on this host's first chip at the end of the phase's last run "
+            "(absent where the backend reports no memory statistics, as on CPU).",
+            [*base, "phase"],
+            registry=r,
+        )
+        self.hbm_peak = Gauge(
+            HBM_PEAK,
+            "The runtime's peak accelerator memory in use since the process started, read at the end of "
+            "the phase: the first phase of a step whose value reaches the step's highest set that peak.",
+            [*base, "phase"],
+            registry=r,
+        )
         peak = "Peak bf16 FLOP/s of one chip of spec.tpu.accelerator (Cloud TPU docs); absent off TPU."
         self.peak_flops = Gauge(PEAK_FLOPS, peak, base, registry=r)
         self.mfu = Gauge(
@@ -353,6 +369,9 @@ class TrainerMetrics:
         self.step_duration.labels(**lb, compiled=str(compiled).lower()).observe(r.seconds)
         for name, secs in r.phase_seconds.items():
             self.phase_duration.labels(**lb, phase=PHASE_LABELS.get(name, name)).observe(secs)
+        for name, (in_use, peak) in r.phase_hbm.items():
+            self.hbm_in_use.labels(**lb, phase=PHASE_LABELS.get(name, name)).set(in_use)
+            self.hbm_peak.labels(**lb, phase=PHASE_LABELS.get(name, name)).set(peak)
         packed = str(r.packed).lower()
         self.capacity_tokens.labels(**lb, packed=packed).inc(r.slot_tokens)
         self.padding_tokens.labels(**lb, packed=packed).inc(max(0, r.padding_tokens))

@@ -49,6 +49,11 @@ class StepReport:
     packed: bool
     rollout_seeds: tuple[int, ...] = ()
     """Sampler seeds used this step; derived from (spec seed, step), recorded for audits of exact resume."""
+    phase_hbm: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per phase: (device bytes in use at its end, the process's peak bytes in use so far), from the
+    accelerator's memory statistics (``StepRecorder.memory_probe``); empty where it reports none (CPU).
+    The peak is the runtime's high-water mark since start: the first phase whose value reaches a step's
+    final peak is the one that set it."""
 
     @property
     def reward_mean(self) -> float:
@@ -84,6 +89,7 @@ class _Accumulator:
     slot_tokens: int = 0
     used_slot_tokens: int = 0
     seeds: list[int] = field(default_factory=list)
+    hbm: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class StepRecorder:
@@ -101,6 +107,9 @@ class StepRecorder:
         self._current: _Accumulator | None = None
         self._stop = False
         self._active = threading.local()  # the phase each thread is in (compiles are attributed to it)
+        # () -> (bytes in use, peak bytes in use) of the accelerator, or None (memory.hbm_usage); read
+        # at the end of every phase. Set by the trainer, so this module needs no JAX.
+        self.memory_probe: Callable[[], tuple[int, int] | None] | None = None
 
     def request_stop(self) -> None:
         """Ask the trainer to stop before the next step (the current one completes and is reported)."""
@@ -128,10 +137,14 @@ class StepRecorder:
             yield
         finally:
             self._active.phase = outer
+            usage = self.memory_probe() if self.memory_probe is not None else None
             with self._lock:
                 if self._current is not None:
                     cur = self._current.phases
                     cur[name] = cur.get(name, 0.0) + time.perf_counter() - start
+                    if usage is not None:
+                        was = self._current.hbm.get(name, (0, 0))
+                        self._current.hbm[name] = (max(was[0], usage[0]), max(was[1], usage[1]))
 
     def active_phase(self) -> str | None:
         """The phase the calling thread is in (None outside every phase: start-up, between phases). Tunix
@@ -173,6 +186,7 @@ class StepRecorder:
             used_slot_tokens=cur.used_slot_tokens,
             packed=self.packed,
             rollout_seeds=tuple(cur.seeds),
+            phase_hbm=dict(cur.hbm),
         )
         self.reports.append(report)
         for callback in self.callbacks:
