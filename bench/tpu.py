@@ -1,0 +1,143 @@
+"""The TPU benchmark: Qwen3-0.6B at its real shape, one arm per call, as the trainer runs it.
+
+    python bench/tpu.py --arm packed --out OUT/packed.json [--prompts 16 --generations 8 --prompt 384
+        --total 1024 --row 8192 --mini 8 --steps 3 --budget N]
+
+The job is the v5e example's per-step batch by default (16 prompts x 8 generations, prompt 384 / total
+1,024, mini-batch 8, rows of 8,192): random bf16 weights with EOS rows scaled so completions end at varied
+lengths (``memory_job.write_checkpoint(eos_scale=7.5)``), the real Qwen3 tokenizer (``.tpu/qwen3-tokenizer``
+or ``$RLJOB_QWEN3_TOKENIZER``), GSM8K-format data, mathAnswer + regex rewards, beta 0.04. It trains in this
+process through ``run.main.train`` (what a pod runs, minus the metrics server) and writes, per step:
+seconds by phase, real tokens, tokens/s per chip, MFU of the train phase and of the whole step against
+v5e's 197 bf16 TFLOP/s (model FLOPs of real tokens, ``telemetry.flops``), and the chip's memory at each
+phase's end (in use, the runtime's peak so far). Plus the token budget and rollout chunks chosen from free
+HBM, the date, commit, chip and versions. Arms: ``packed`` (rows of ``--row``), ``unpacked`` (packing
+off: the project's unpacked learner). Results of record go to bench/results/tpu.json (by hand, with the
+call's command), quoted in docs/tpu.md.
+
+Dry-run on CPU (``JAX_PLATFORMS=cpu``, e.g. ``--prompts 2 --generations 4 --prompt 128 --total 160 --row 256
+--mini 1 --budget 256``: a few minutes) before spending chip time: same code, no MFU (no TPU peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import memory_job  # noqa: E402  (bench/, on the path above)
+
+V5E_PEAK = 197e12  # bf16 FLOP/s of one v5e chip (rljob/api/tpu.py)
+
+
+def args_of(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arm", choices=("packed", "unpacked"), required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--generations", type=int, default=8)
+    p.add_argument("--prompt", type=int, default=384)
+    p.add_argument("--total", type=int, default=1024)
+    p.add_argument("--row", type=int, default=8192)
+    p.add_argument("--mini", type=int, default=8)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--budget", type=int, default=None, help="spec.grpo.maxTokensPerTpu (unset: from HBM)")
+    p.add_argument("--work", type=Path, default=Path(os.environ.get("RLJOB_TPU_CACHE", "/tmp/rljob-tpu")))
+    return p.parse_args(argv)
+
+
+def job(a: argparse.Namespace) -> dict:
+    tok = Path(os.environ.get("RLJOB_QWEN3_TOKENIZER", ROOT / ".tpu" / "qwen3-tokenizer"))
+    ckpt = memory_job.write_checkpoint(a.work / "qwen3-0.6b", 28, tok, eos_scale=7.5)
+    data = memory_job.write_gsm8k(a.work / "gsm8k.parquet")
+    doc = memory_job.manifest(
+        ckpt,
+        data,
+        rewards=["mathAnswer", "regex"],
+        prompt=a.prompt,
+        total=a.total,
+        row=a.row if a.arm == "packed" else 0,
+        batch=a.prompts,
+        generations=a.generations,
+        steps=a.steps,
+        beta=0.04,
+    )
+    doc["metadata"]["name"] = f"tpu-bench-{a.arm}"
+    doc["spec"]["metrics"] = {"port": 9464}  # not served: RLJOB_NO_SOCKETS on the chip
+    doc["spec"]["grpo"]["miniBatchSize"] = a.mini
+    if a.budget:
+        doc["spec"]["grpo"]["maxTokensPerTpu"] = a.budget
+    return doc
+
+
+def step_record(r, step_flops) -> dict:
+    """One StepReport as figures: phases, tokens, MFU (train phase, whole step), HBM per phase (GiB)."""
+    by_phase = step_flops.by_phase(r.phase_seconds, r.real_tokens)
+    train_s = r.phase_seconds.get("train", 0.0)
+    gib = 2**30
+    return {
+        "step": r.step,
+        "seconds": round(r.seconds, 3),
+        "phases": {k: round(v, 3) for k, v in r.phase_seconds.items()},
+        "real_tokens": r.real_tokens,
+        "slot_tokens": r.slot_tokens,
+        "tokens_per_s_per_chip": round(r.real_tokens / r.seconds / step_flops.chips, 1),
+        "mfu_train": step_flops.mfu(by_phase.get("train", 0), train_s) if train_s else None,
+        "mfu_step": step_flops.mfu(sum(by_phase.values()), r.seconds),
+        "hbm_gib": {k: [round(v[0] / gib, 2), round(v[1] / gib, 2)] for k, v in r.phase_hbm.items()},
+        "reward_mean": round(float(r.rewards.mean()), 4) if r.rewards.size else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = args_of(argv)
+    import jax
+    from rljob_trainer import memory
+    from rljob_trainer.run import main as trainer_main
+    from rljob_trainer.telemetry import flops
+
+    from rljob.api import parse_rljob
+    from tests.tpu.chip import versions
+
+    started = time.time()
+    doc = job(a)
+    run = trainer_main.train(parse_rljob(doc))
+    model = run.cluster.actor_trainer.model
+    peak = V5E_PEAK if jax.default_backend() == "tpu" else None
+    sf = flops.step_flops(model.config, a.total, 1, jax.device_count(), peak)
+    learner = run.learner
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    stats = jax.local_devices()[0].memory_stats() or {}
+    out = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit.stdout.strip() or os.environ.get("RLJOB_COMMIT", "?"),
+        "device": str(jax.devices()[0].device_kind),
+        "backend": jax.default_backend(),
+        "versions": versions(),
+        "command": "python bench/tpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "arm": a.arm,
+        "shape": {k: getattr(a, k) for k in ("prompts", "generations", "prompt", "total", "row", "mini")},
+        "hbm_limit_gib": round(stats.get("bytes_limit", 0) / 2**30, 2),
+        "token_budget_rows": getattr(learner, "chunk_rows", None),
+        "token_budget_sequences": getattr(learner, "per_chunk", None),
+        "rollout_prompts_per_call": run.cluster.cluster_config.training_config.rollout_micro_batch_size,
+        "budget_share": memory.BUDGET_SHARE,
+        "wall_seconds": round(time.time() - started, 1),
+        "steps": [step_record(r, sf) for r in run.recorder.reports],
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(out, indent=1))
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
