@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -97,19 +98,46 @@ def step_record(r, step_flops) -> dict:
     }
 
 
+def _trace_phases() -> None:
+    """Print each phase's end as it happens (time, seconds, HBM), so a call cut off by the device's
+    time limit still says where its time went."""
+    import contextlib
+
+    from rljob_trainer.telemetry.progress import StepRecorder
+
+    phase = StepRecorder.phase
+
+    @contextlib.contextmanager
+    def traced(self, name):  # noqa: ANN001, ANN202 - a bench-only wrapper
+        t0 = time.perf_counter()
+        with phase(self, name):
+            yield
+        usage = self.memory_probe() if self.memory_probe else None
+        hbm = f" hbm in use {usage[0] / 2**30:.2f} GiB, peak {usage[1] / 2**30:.2f} GiB" if usage else ""
+        print(f"{time.strftime('%H:%M:%S')} phase {name} {time.perf_counter() - t0:.1f}s{hbm}", flush=True)
+
+    StepRecorder.phase = traced
+
+
 def main(argv: list[str] | None = None) -> int:
     a = args_of(argv)
     import jax
     from rljob_trainer import memory
+    from rljob_trainer.run import compile_cache
     from rljob_trainer.run import main as trainer_main
+    from rljob_trainer.telemetry.progress import ConsoleProgress
     from rljob_trainer.telemetry import flops
 
     from rljob.api import parse_rljob
     from tests.tpu.chip import versions
 
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("rljob_trainer").setLevel(logging.INFO)  # the budget and rollout chunks chosen
+    compile_cache.enable(str(a.work / "compilation-cache"))  # as a pod: a second call starts warm
+    _trace_phases()
     started = time.time()
     doc = job(a)
-    run = trainer_main.train(parse_rljob(doc))
+    run = trainer_main.train(parse_rljob(doc), callbacks=[ConsoleProgress(stream=sys.stdout)])
     model = run.cluster.actor_trainer.model
     peak = V5E_PEAK if jax.default_backend() == "tpu" else None
     sf = flops.step_flops(model.config, a.total, 1, jax.device_count(), peak)

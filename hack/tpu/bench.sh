@@ -15,5 +15,5 @@ start=$(date +%s)
 python3 bench/tpu.py --arm "$arm" --out "$out/$arm.json" "$@" >"$out/$arm.log" 2>&1
 rc=$?
 echo "bench $arm exit $rc in $(( $(date +%s) - start )) s" | tee -a "$out/$arm.log"
-grep -E "^step |token budget|rollout: |packing: at most|unpacked: at most|Error|error:" "$out/$arm.log" | tail -n 30
+grep -E "^step | phase |token budget|rollout: |packing: at most|unpacked: at most|Error|error:" "$out/$arm.log" | tail -n 30
 exit $rc
