@@ -108,7 +108,7 @@ def _trace_phases() -> None:
     phase = StepRecorder.phase
 
     @contextlib.contextmanager
-    def traced(self, name):  # noqa: ANN001, ANN202 - a bench-only wrapper
+    def traced(self, name):
         t0 = time.perf_counter()
         with phase(self, name):
             yield
@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     from rljob_trainer import memory
     from rljob_trainer.run import compile_cache
     from rljob_trainer.run import main as trainer_main
-    from rljob_trainer.telemetry.progress import ConsoleProgress
     from rljob_trainer.telemetry import flops
+    from rljob_trainer.telemetry.progress import ConsoleProgress
 
     from rljob.api import parse_rljob
     from tests.tpu.chip import versions
