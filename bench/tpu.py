@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     stats = jax.local_devices()[0].memory_stats() or {}
     out = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": commit.stdout.strip() or os.environ.get("RLJOB_COMMIT", "?"),
+        # the device's copy of the checkout may carry an older .git: the caller's RLJOB_COMMIT wins
+        "commit": os.environ.get("RLJOB_COMMIT") or commit.stdout.strip() or "?",
         "device": str(jax.devices()[0].device_kind),
         "backend": jax.default_backend(),
         "versions": versions(),
