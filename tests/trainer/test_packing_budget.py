@@ -58,15 +58,19 @@ def test_packed_step_in_chunks_makes_the_unsplit_update(monkeypatch, attention, 
 
     def spy(layout, rows, **kw):
         out = real(layout, rows, **kw)
-        counts.append(0 if out.part is None else len(out.part))
+        counts.append((len(out.part), int(out.part.any(axis=1).sum())))  # (chunks, chunks holding rows)
         return out
 
     monkeypatch.setattr("rljob_trainer.packing.learner.chunk_layout", spy)
-    kw = dict(row_tokens=ROW, attention=attention, vocab_chunk=0)
+    # rows of 64 hold 1-3 sequences of up to 32 tokens: micro-batches of 4 use fewer than the 4 chunks
+    # of one row that max_chunks allows, so padding chunks are skipped too
+    kw = dict(row_tokens=2 * ROW, attention=attention, vocab_chunk=0)
     want, _ = run_step(PackedGRPOLearner, loss_agg_mode, **kw)
-    got, learner = run_step(PackedGRPOLearner, loss_agg_mode, token_budget=ROW, **kw)
+    got, learner = run_step(PackedGRPOLearner, loss_agg_mode, token_budget=2 * ROW, **kw)
     assert learner.chunk_rows == 1
-    assert max(counts) >= 2, counts  # the budget did cut the micro-batches
+    assert {c for c, _ in counts} == {4}, counts  # one chunk count, so one compiled shape (max_chunks)
+    assert min(u for _, u in counts) >= 2, counts  # the budget did cut the micro-batches
+    assert any(u < c for c, u in counts), counts  # and empty chunks were skipped
     assert_same_update(got, want)
 
 
@@ -133,6 +137,17 @@ def test_chunk_layout_keeps_every_sequence_whole_in_one_chunk():
         flat.astype(bool).sum()
     )
     assert chunk_layout(layout, layout.plan.rows_used) is layout  # one chunk holds it: unchanged
+    padded = chunk_layout(layout, 2, count=count + 2, row_multiple=2, attention_block=8)
+    assert padded.tokens.shape == (count + 2, 2, ROW) and not padded.part[count:].any()
+    assert not padded.tokens[count:].any() and not padded.completion_index[count:].any()
+    assert np.array_equal(padded.tokens[:count], out.tokens)
+
+
+def test_max_chunks_bounds_any_micro_batch():
+    # 64 sequences of up to 1,024 tokens in rows of 8,192, chunks of 2 rows (the v5e example on one chip):
+    # best-fit leaves at most one row half empty, so <= 2 * 8 + 1 = 17 rows: 9 chunks.
+    assert chunks_module.max_chunks(64, 1024, 8192, 2) == 9
+    assert chunks_module.max_chunks(4, 32, 32, 1) == 4  # never more rows than sequences
 
 
 def test_rows_per_chunk():

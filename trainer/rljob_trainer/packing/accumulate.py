@@ -12,7 +12,8 @@ sequence-mean-token-mean: ``1 / (len_b * rows)``, ...). Every sequence lies in e
 ``loss = sum_c aggregate(per_token_loss * part_c, full mask)``: each chunk's term is computed with the
 FULL mask's normalisers, and the gradients of the terms add up to the gradient of the loss. A
 ``lax.scan`` runs the chunks one after another (forward and backward each, gradients summed in float32),
-so one chunk's activations are alive at a time.
+so one chunk's activations are alive at a time. The chunk count is fixed per run (``chunks.chunk_layout``
+pads with empty chunks, skipped at run time by a ``lax.cond``), so the step compiles once.
 
 How Tunix's train step gets those gradients without being changed: the loss fn returns
 ``stop_gradient(loss) + sum(G * params) - stop_gradient(sum(G * params))``, whose value is the loss and
@@ -40,10 +41,23 @@ def chunk_count(rows: Any) -> int:
     return int(rows.tokens.shape[0]) if rows.tokens.ndim == 3 else 0
 
 
-def chunked_logps(model: Any, chunks: Any, logps: ChunkLogps) -> jax.Array:
+def _first(chunks: Any) -> Any:
+    return jax.tree.map(lambda x: x[0], chunks)
+
+
+def chunked_logps(model: Any, chunks: Any, parts: jax.Array, logps: ChunkLogps) -> jax.Array:
     """``[B, Tc]`` log-probs of a forward-only pass (reference, old policy) over stacked chunks, one
-    chunk at a time (``lax.map``): each position comes from its own chunk, 0 elsewhere."""
-    return jax.lax.map(lambda c: logps(model, c)[0], chunks).sum(axis=0)
+    chunk at a time (``lax.map``): each position comes from its own chunk, 0 elsewhere. A chunk holding
+    no sequence (``parts`` row all 0: the padding of a fixed chunk count) is skipped at run time."""
+    shape = jax.eval_shape(lambda c: logps(model, c)[0], _first(chunks))
+
+    def one(xs: tuple[Any, jax.Array]) -> jax.Array:
+        chunk, part = xs
+        return jax.lax.cond(
+            part.any(), lambda c: logps(model, c)[0], lambda c: jnp.zeros(shape.shape, shape.dtype), chunk
+        )
+
+    return jax.lax.map(one, (chunks, parts)).sum(axis=0)
 
 
 def accumulated_loss(
@@ -59,6 +73,8 @@ def accumulated_loss(
     frozen = jax.lax.stop_gradient(params)
     rest = jax.lax.stop_gradient(rest)
 
+    shape = jax.eval_shape(lambda c: logps(nnx.merge(graphdef, frozen, rest), c), _first(chunks))
+
     def one(acc: Any, xs: tuple[Any, jax.Array]) -> tuple[Any, tuple[jax.Array, jax.Array]]:
         chunk, part = xs
 
@@ -66,8 +82,14 @@ def accumulated_loss(
             lp, ent = logps(nnx.merge(graphdef, p, rest), chunk)
             return loss(lp, ent, part)[0], (lp, ent)
 
-        (_, out), grads = jax.value_and_grad(term, has_aux=True)(frozen)
-        return jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc, grads), out
+        def compute(acc: Any) -> tuple[Any, tuple[jax.Array, jax.Array]]:
+            (_, out), grads = jax.value_and_grad(term, has_aux=True)(frozen)
+            return jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc, grads), out
+
+        def skip(acc: Any) -> tuple[Any, tuple[jax.Array, jax.Array]]:  # a chunk of padding only
+            return acc, tuple(jnp.zeros(s.shape, s.dtype) for s in shape)
+
+        return jax.lax.cond(part.any(), compute, skip, acc)
 
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), frozen)
     grads, (lps, ents) = jax.lax.scan(one, zeros, (chunks, parts))

@@ -36,27 +36,47 @@ def rows_per_chunk(budget_tokens: int, row_len: int, row_multiple: int = 1) -> i
     return max(1, per_chip) * row_multiple
 
 
-def chunk_layout(
-    layout: PackedLayout, rows: int, *, row_multiple: int = 1, attention_block: int | None = None
-) -> PackedLayout:
-    """``layout``'s used rows in ``C = ceil(rows used / rows)`` chunks of ``rows`` rows (module doc).
+def max_chunks(sequences: int, longest: int, row_len: int, rows: int) -> int:
+    """Chunks of ``rows`` rows that any micro-batch of ``sequences`` sequences of at most ``longest``
+    tokens can need: the planner is best-fit (``rows.plan_rows``), which never leaves two rows at most
+    half full, so it uses at most ``2 * tokens / row_len + 1`` rows (and never more than one a sequence).
+    Padding every micro-batch to this count makes its chunked shape one per run."""
+    bound = min(sequences, 2 * math.ceil(sequences * longest / row_len) + 1)
+    return math.ceil(bound / rows)
 
-    Returned unchanged when one chunk holds them all. Rows go to chunks longest-processing-time first
-    (``balance_rows`` with the chunks as shards), so the chunks' costs are near equal; the bucket's
-    empty rows are dropped (chunks of whole empty rows would only add compute). Block pairs are listed
-    per chunk, padded to one count; the token stream is not used (it gathers across rows).
+
+def chunk_layout(
+    layout: PackedLayout,
+    rows: int,
+    *,
+    count: int = 0,
+    row_multiple: int = 1,
+    attention_block: int | None = None,
+) -> PackedLayout:
+    """``layout``'s used rows in ``ceil(rows used / rows)`` chunks of ``rows`` rows (module doc), then
+    empty chunks up to ``count`` (``max_chunks``; skipped at run time, ``accumulate``), if larger.
+
+    Without ``count``, returned unchanged when one chunk holds them all. Rows go to the used chunks
+    longest-processing-time first (``balance_rows`` with the chunks as shards), so their costs are near
+    equal; the bucket's empty rows are dropped. Block pairs are listed per chunk, padded to one count;
+    the token stream is not used (it gathers across rows).
     """
     plan, row_len = layout.plan, layout.tokens.shape[1]
-    count = math.ceil(plan.rows_used / rows)
-    if count <= 1:
+    used = math.ceil(plan.rows_used / rows)
+    if used <= 1 and not count:
         return layout
-    total = count * rows
+    if count and used > count:
+        log.warning(
+            "packing: %d chunks needed, more than the %d the run compiled for: a new shape", used, count
+        )
+    count = max(used, count)
+    total = used * rows
     have = layout.tokens.shape[0]
     costs = np.zeros(max(have, total))
     costs[:have] = row_costs(plan, 1.0 / row_len)
     keep = np.argsort(-costs, kind="stable")[:total]  # every used row (cost > 0), then empty ones
-    slot = balance_rows(costs[keep], count)  # chunk c holds slots c*rows .. (c+1)*rows
-    for c in range(count):  # then each chunk's rows in contiguous blocks of near-equal cost per shard
+    slot = balance_rows(costs[keep], used)  # chunk c holds slots c*rows .. (c+1)*rows
+    for c in range(used):  # then each chunk's rows in contiguous blocks of near-equal cost per shard
         at = np.flatnonzero(slot // rows == c)
         order = np.argsort(slot[at])
         inner = balance_rows(costs[keep[at[order]]], row_multiple) if row_multiple > 1 else np.arange(rows)
@@ -65,7 +85,7 @@ def chunk_layout(
     where[keep] = slot
 
     def moved(a: np.ndarray) -> np.ndarray:
-        out = np.zeros((total, row_len), a.dtype)
+        out = np.zeros((count * rows, row_len), a.dtype)  # the chunks past the used ones stay empty
         real = keep[keep < have]
         out[where[real]] = a[real]
         return out.reshape(count, rows, row_len)

@@ -33,7 +33,7 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import vanilla_rollout
 
 from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_attention, splash_block
-from rljob_trainer.packing.chunks import chunk_layout, rows_per_chunk
+from rljob_trainer.packing.chunks import chunk_layout, max_chunks, rows_per_chunk
 from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack_train_example, plan_layout
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import packed_completion_logps
@@ -140,8 +140,10 @@ class PackedGRPOLearner(GRPOLearner):
         if algo_config.policy_loss_fn != "grpo":
             raise ValueError(f"packing implements policy_loss_fn 'grpo', not {algo_config.policy_loss_fn!r}")
         rollout_configs = rl_cluster.cluster_config.rollout_config
-        for cfg in rollout_configs.values() if isinstance(rollout_configs, dict) else [rollout_configs]:
+        configs = list(rollout_configs.values()) if isinstance(rollout_configs, dict) else [rollout_configs]
+        for cfg in configs:
             check_row_length(row_tokens, cfg.max_prompt_length + cfg.max_tokens_to_generate)
+        longest = max(cfg.max_prompt_length + cfg.max_tokens_to_generate for cfg in configs)
         super().__init__(
             rl_cluster=rl_cluster,
             algo_config=algo_config,
@@ -189,6 +191,7 @@ class PackedGRPOLearner(GRPOLearner):
         )
         self.vocab_chunk = vocab_chunk
         self.chunk_rows = rows_per_chunk(token_budget, row_tokens, row_multiple) if token_budget else 0
+        self.longest = longest  # the longest sequence: bounds the rows a micro-batch can need
         if self.chunk_rows:
             log.info(
                 "packing: at most %d tokens per chip in one pass: chunks of %d rows",
@@ -263,10 +266,16 @@ class PackedGRPOLearner(GRPOLearner):
             stream=self.stream,
         )
         if self.chunk_rows:
-            block = self.attention_block if self.attention == "blocked" else None
-            layout = chunk_layout(
-                layout, self.chunk_rows, row_multiple=self.row_multiple, attention_block=block
-            )
+            count = max_chunks(len(prompt_ids), self.longest, self.row_len, self.chunk_rows)
+            if count > 1:  # every micro-batch padded to the same chunk count: one compiled shape
+                block = self.attention_block if self.attention == "blocked" else None
+                layout = chunk_layout(
+                    layout,
+                    self.chunk_rows,
+                    count=count,
+                    row_multiple=self.row_multiple,
+                    attention_block=block,
+                )
         self.packing_stats.host_seconds += time.perf_counter() - started
         return layout
 

@@ -75,7 +75,7 @@ def _logps(
             head_at=head_at,
         )
 
-    logps = chunked_logps(model, rows, forward) if chunk_count(rows) else forward(model, rows)[0]
+    logps = chunked_logps(model, rows, rows.part, forward) if chunk_count(rows) else forward(model, rows)[0]
     return jax.lax.stop_gradient(logps)
 
 
@@ -157,7 +157,8 @@ def unpacked_chunks(
     # Each chunk's own [per_chunk, Tc] index, scattered to the whole batch's [B, Tc] (0 elsewhere).
     own = stacked.completion_index.reshape(count * per_chunk, -1)[:b]  # [B, Tc], row b from its chunk
     index = jnp.where(mine[:, :, None], own[None], 0)
-    return stacked.replace(completion_index=index), mine.astype(jnp.float32)
+    part = mine.astype(jnp.float32)
+    return stacked.replace(completion_index=index, part=part), part
 
 
 def unpacked_completion_logps(
