@@ -125,7 +125,7 @@ def test_every_named_size_is_a_tunix_config(bridge: types.ModuleType, family: st
 
 
 def test_rollout_seed_is_a_pure_function_of_seed_step_call(bridge: types.ModuleType) -> None:
-    learner = bridge._Instrumented()
+    learner = bridge.Instrumented()
     learner.base_seed = 42
     seeds = {learner.rollout_seed(step, call) for step in range(1, 50) for call in range(3)}
     assert len(seeds) == 49 * 3

@@ -17,7 +17,7 @@ Tunix's layout (one left-padded sequence per row, Tunix's positions and key mask
 Same updates as Tunix's learner to fp rounding (tests/trainer/test_unpacked_learner.py: 1e-5). The
 old-policy pass of the vLLM rollout is the sampler's own (nothing to compute), and with
 ``offload_to_cpu`` Tunix's calls stay (they move weights around the pass), as in the packed learner.
-Not packed: the recorder counts its tokens as ``[B, P + Tc]`` slots (``tunix_bridge._Instrumented``).
+Not packed: the recorder counts its tokens as ``[B, P + Tc]`` slots (``instrument.Instrumented``).
 """
 
 from __future__ import annotations
