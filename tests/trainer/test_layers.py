@@ -20,7 +20,13 @@ from pathlib import Path
 
 TRAINER = Path(__file__).resolve().parents[2] / "trainer" / "rljob_trainer"
 ORDER = ["workload", "packing", "models", "telemetry", "bridge", "run"]
-TOP_LEVEL = {"tunix_bridge": "bridge", "memory": "bridge", "rollout": "bridge", "__main__": "run"}
+TOP_LEVEL = {
+    "tunix_bridge": "bridge",
+    "instrument": "bridge",
+    "memory": "bridge",
+    "rollout": "bridge",
+    "__main__": "run",
+}
 FOREIGN = re.compile(r"^rljob_(operator|cli)(\.|$)")
 
 
