@@ -66,8 +66,9 @@ def pod_template(job: RLJob, shape: SliceShape, options: RenderOptions) -> dict[
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": job.spec.terminationGracePeriodSeconds,
-        "hostNetwork": True,
-        "dnsPolicy": "ClusterFirstWithHostNet",
+        # spec.hostNetwork (default, as xpk): the node's network; the cluster's DNS still answers the
+        # JobSet's pod names. Off: the pod network (GKE Autopilot).
+        **({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"} if job.spec.hostNetwork else {}),
         "nodeSelector": shape.node_selector(),
         "tolerations": [
             {"key": names.TPU_RESOURCE, "operator": "Exists"},

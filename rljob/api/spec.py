@@ -216,6 +216,11 @@ class RLJobSpec(Model):
     serviceAccountName: ObjectName | None = None
     """Kubernetes ServiceAccount of the trainer pods (e.g. one bound to a Google service account with
     Workload Identity, for gs:// weights, data and checkpoints). Unset: the namespace's default."""
+    hostNetwork: bool = True
+    """Run the trainer pods on the node's network (as xpk does): the TPU runtime's traffic between the
+    slices of a multislice job (DCN, MEGASCALE_*) then skips the pod network's overlay. false: the pod
+    network, for GKE Autopilot (which refuses host-network pods unless allowlisted) and clusters whose
+    policy forbids it; a single slice trains the same either way. Neither needs privileged mode."""
     env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
     """Extra environment variables of the trainer container (e.g. XLA_FLAGS, LIBTPU_INIT_ARGS, an HF token
     from a Secret)."""

@@ -171,6 +171,7 @@ IMMUTABLE_CHANGES: dict[str, dict[str, Any]] = {
     "terminationGracePeriodSeconds": {"terminationGracePeriodSeconds": 600},
     "podAnnotations": {"podAnnotations": {"a": "b"}},
     "serviceAccountName": {"serviceAccountName": "trainer-wi"},
+    "hostNetwork": {"hostNetwork": False},
     "env": {"env": [{"name": "XLA_FLAGS", "value": "--x"}]},
     "data": {"data": {"source": "data/train.jsonl"}, "rewards": [{"name": "exactMatch"}]},
     "rewards": {"data": {"source": "data/train.jsonl"}, "rewards": [{"name": "mathAnswer"}]},

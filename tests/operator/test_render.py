@@ -148,6 +148,16 @@ def test_pod_template_basics():
     assert spec["volumes"][0]["configMap"]["name"] == "abc-config"
 
 
+def test_host_network_is_optional_for_autopilot():
+    """spec.hostNetwork false: the pod network (GKE Autopilot refuses host-network pods unless
+    allowlisted); the rest of the pod is unchanged and nothing is privileged."""
+    on = _pod(_jobset(make_rljob("abc")))["spec"]
+    off = _pod(_jobset(make_rljob("abc").set("spec.hostNetwork", False)))["spec"]
+    assert "hostNetwork" not in off and "dnsPolicy" not in off
+    assert {k: v for k, v in on.items() if k not in ("hostNetwork", "dnsPolicy")} == off
+    assert "securityContext" not in off["containers"][0]  # the chart's default: none
+
+
 def test_jobset_level_settings():
     js = _jobset(make_rljob("q").queue("lq").ttl(99))
     assert js["metadata"]["name"] == "q"
