@@ -12,7 +12,9 @@ seconds by phase, real tokens, tokens/s per chip, MFU of the train phase and of 
 v5e's 197 bf16 TFLOP/s (model FLOPs of real tokens, ``telemetry.flops``), and the chip's memory at each
 phase's end (in use, the runtime's peak so far). Plus the token budget and rollout chunks chosen from free
 HBM, the date, commit, chip and versions. Arms: ``packed`` (rows of ``--row``), ``unpacked`` (packing
-off: the project's unpacked learner). Results of record go to bench/results/tpu.json (by hand, with the
+off: the project's unpacked learner), ``tunix`` (packing off: Tunix's own GRPOLearner, as
+``tests/trainer/test_run_grpo.py`` swaps it in). ``--profile train@2`` adds where step 2's train phase
+spent its device time (``bench/phase_profile.py``). Results of record go to bench/results/tpu.json (by hand, with the
 call's command), quoted in docs/tpu.md.
 
 Dry-run on CPU (``JAX_PLATFORMS=cpu``, e.g. ``--prompts 2 --generations 4 --prompt 128 --total 160 --row 256
@@ -35,13 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import memory_job  # noqa: E402  (bench/, on the path above)
+from phase_profile import PhaseProfile, summarize  # noqa: E402  (bench/phase_profile.py)
 
 V5E_PEAK = 197e12  # bf16 FLOP/s of one v5e chip (rljob/api/tpu.py)
 
 
 def args_of(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arm", choices=("packed", "unpacked"), required=True)
+    p.add_argument("--arm", choices=("packed", "unpacked", "tunix"), required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--generations", type=int, default=8)
@@ -52,6 +55,12 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--budget", type=int, default=None, help="spec.grpo.maxTokensPerTpu (unset: from HBM)")
     p.add_argument("--work", type=Path, default=Path(os.environ.get("RLJOB_TPU_CACHE", "/tmp/rljob-tpu")))
+    p.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        help="PHASE@STEP[:SECONDS]: trace that phase (bench/phase_profile.py), e.g. train@2; repeatable",
+    )
     return p.parse_args(argv)
 
 
@@ -91,6 +100,8 @@ def step_record(r, step_flops) -> dict:
         "real_tokens": r.real_tokens,
         "slot_tokens": r.slot_tokens,
         "tokens_per_s_per_chip": round(r.real_tokens / r.seconds / step_flops.chips, 1),
+        "generated_tokens": r.generated_tokens,
+        "rollout_tokens_per_s": round(r.rollout_tokens_per_second or 0.0, 1),
         "mfu_train": step_flops.mfu(by_phase.get("train", 0), train_s) if train_s else None,
         "mfu_step": step_flops.mfu(sum(by_phase.values()), r.seconds),
         "hbm_gib": {k: [round(v[0] / gib, 2), round(v[1] / gib, 2)] for k, v in r.phase_hbm.items()},
@@ -98,9 +109,9 @@ def step_record(r, step_flops) -> dict:
     }
 
 
-def _trace_phases() -> None:
+def _trace_phases(profiles: list[PhaseProfile]) -> None:
     """Print each phase's end as it happens (time, seconds, HBM), so a call cut off by the device's
-    time limit still says where its time went."""
+    time limit still says where its time went; each of ``profiles`` traces the phase it names."""
     import contextlib
 
     from rljob_trainer.telemetry.progress import StepRecorder
@@ -111,7 +122,13 @@ def _trace_phases() -> None:
     def traced(self, name):
         t0 = time.perf_counter()
         with phase(self, name):
-            yield
+            for profile in profiles:
+                profile.begin(name)
+            try:
+                yield
+            finally:
+                for profile in profiles:
+                    profile.end(name)
         usage = self.memory_probe() if self.memory_probe else None
         hbm = f" hbm in use {usage[0] / 2**30:.2f} GiB, peak {usage[1] / 2**30:.2f} GiB" if usage else ""
         print(f"{time.strftime('%H:%M:%S')} phase {name} {time.perf_counter() - t0:.1f}s{hbm}", flush=True)
@@ -134,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("rljob_trainer").setLevel(logging.INFO)  # the budget and rollout chunks chosen
     compile_cache.enable(str(a.work / "compilation-cache"))  # as a pod: a second call starts warm
-    _trace_phases()
+    profiles = [PhaseProfile(spec, a.out.parent / f"{a.arm}-trace-{i}") for i, spec in enumerate(a.profile)]
+    _trace_phases(profiles)
+    if a.arm == "tunix":
+        from rljob_trainer import tunix_bridge
+        from tunix.rl.grpo.grpo_learner import GRPOLearner
+
+        tunix_bridge.unpacked_learner = lambda spec: (GRPOLearner, {})
     started = time.time()
     doc = job(a)
     run = trainer_main.train(parse_rljob(doc), callbacks=[ConsoleProgress(stream=sys.stdout)])
@@ -162,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": round(time.time() - started, 1),
         "steps": [step_record(r, sf) for r in run.recorder.reports],
     }
+    out["profiles"] = [
+        {"phase": spec, **summarize(p.out)} for spec, p in zip(a.profile, profiles, strict=True)
+    ]
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))

@@ -31,6 +31,7 @@ def report(step: int, seconds: float = 2.0, packed: bool = False) -> StepReport:
         real_tokens=75,
         slot_tokens=100,
         packed=packed,
+        generated_tokens=40,
         **extra,
     )
 
@@ -129,6 +130,7 @@ def test_throughput_mfu_and_tokens_per_chip() -> None:
     # (7,500 + 7,500 + 45,000) FLOPs / (2 s x 4 chips x 1e6 FLOP/s) = 60,000 / 8e6
     assert value(s, "rljob_trainer_mfu_ratio") == pytest.approx(0.0075)
     assert value(s, "rljob_trainer_tokens_per_second_per_chip") == 75 / 2 / 4
+    assert value(s, "rljob_trainer_rollout_tokens_per_second") == 40 / 1.0  # sampled / rollout seconds
     assert value(s, "rljob_trainer_model_flops_per_token", **{"pass": "train"}) == 300
     assert (
         value(s, "rljob_trainer_chips") == 4

@@ -72,6 +72,8 @@ class Instrumented:
 
     def _generate_and_compute_advantage(self, training_input: Any, mode: Any = Mode.TRAIN) -> Any:
         example = super()._generate_and_compute_advantage(training_input, mode)  # type: ignore[misc]
+        if mode == Mode.TRAIN:
+            self.recorder.add_generated(int(np.asarray(example.completion_mask).sum()))
         if mode == Mode.TRAIN and not self.recorder.packed:  # packed: counted from the rows, see below
             rows = int(example.prompt_ids.shape[0])
             width = int(example.prompt_ids.shape[1] + example.completion_ids.shape[1])

@@ -316,10 +316,9 @@ def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | N
                 built = model_cls(config, rngs=nnx.Rngs(params=seed))
             random_init.draw_zero_kernels(built, seed)  # Tunix zero-initialises the MLPs
             return built
-        import jax.numpy as jnp
-
         loader = importlib.import_module(family.params_module)
-        dtype = jnp.float32 if model.size == TINY else jnp.bfloat16
+        dtype = weights_dtype(model)
+        config = computing_in(config, dtype)
         try:
             return loader.create_model_from_safe_tensors(str(checkpoint_dir), config, mesh=mesh, dtype=dtype)
         except (ValueError, AssertionError, KeyError) as exc:  # Tunix's loader: shape or name mismatch
@@ -329,6 +328,25 @@ def build_model(model: ModelSpec, mesh: Any, seed: int, checkpoint_dir: Path | N
                     f"{str(exc)[:300]}"
                 ]
             ) from None
+
+
+def weights_dtype(model: ModelSpec) -> Any:
+    """The dtype a checkpoint's weights load in: bfloat16 for named sizes (as published), float32 for
+    tiny (the CPU demo and the exactness tests)."""
+    import jax.numpy as jnp
+
+    return jnp.float32 if model.size == TINY else jnp.bfloat16
+
+
+def computing_in(config: Any, dtype: Any) -> Any:
+    """``config`` computing (activations, matmul inputs, the sampler's KV cache) in ``dtype``, the dtype
+    the weights load in. Tunix's qwen2/qwen3 configs default to float32 whatever the weights, so with bf16
+    weights every layer cast them and its activations up: twice the activation and KV-cache bytes and HBM
+    traffic (docs/tpu.md). llama3 and gemma3 have no such field and already compute in their weights' dtype,
+    as Hugging Face does with ``torch_dtype``."""
+    if "dtype" not in getattr(config, "__dataclass_fields__", {}):
+        return config
+    return dataclasses.replace(config, dtype=dtype)
 
 
 def build_tokenizer(path: Path | None) -> Any:

@@ -52,7 +52,7 @@ SPLASH_FAMILIES = ("qwen3", "qwen2")
 SEGMENT_FAMILIES = ("maxtext",)
 # Recompute each decoder layer in the backward pass (``remat.checkpoint_layer``): same math (float
 # rounding may differ), cuts the packed train step's activations and float32 weight copies from ~248 to
-# ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens). Only for float32 activations (see _decoder).
+# ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens), float32 or bf16 activations (see _decoder).
 # A switch for tests and the bench.
 REMAT_LAYERS = True
 SPLASH_BLOCKS = (1024, 512, 256, 128)  # Tunix's default first; splash needs multiples of 128
@@ -312,10 +312,10 @@ def _decoder(
             h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
             return h if stop else h + layer.mlp(layer.post_attention_layernorm(h))
 
-        # float32 activations only: with bf16 ones XLA's fusions round the recomputed forward differently
-        # (llama3 at bf16 parameters computes in bf16), so gradients would move by bf16 steps.
-        remat = REMAT_LAYERS and x.dtype == jnp.float32
-        x = checkpoint_layer(one, state, x) if remat else one(state, x)
+        # With bf16 activations XLA's fusions may round the recomputed forward differently, so a few
+        # gradient elements move by a bf16 step (test_packing_remat); without remat, a bf16 model keeps
+        # every layer's activations to the backward (~124 MiB per layer per 1,024 tokens at 0.6B width).
+        x = checkpoint_layer(one, state, x) if REMAT_LAYERS else one(state, x)
     return x if split_last else model.final_norm(x)
 
 

@@ -55,8 +55,11 @@ _CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def tiny_model(family: str = "qwen3", seed: int = 0, **overrides: Any) -> Any:
-    """A random float32 2-layer Tunix model of ``family`` (overrides go to its ModelConfig)."""
+def tiny_model(family: str = "qwen3", seed: int = 0, dtype: Any = None, **overrides: Any) -> Any:
+    """A random 2-layer Tunix model of ``family`` (overrides go to its ModelConfig): float32, or with
+    ``dtype`` its parameters in ``dtype`` and computing in it (as ``families.computing_in`` makes a model
+    loaded from a named size's checkpoint)."""
+    import jax
     import jax.numpy as jnp
     from flax import nnx
 
@@ -68,6 +71,12 @@ def tiny_model(family: str = "qwen3", seed: int = 0, **overrides: Any) -> Any:
     if hasattr(cfg, "dtype"):
         cfg.dtype = jnp.float32
     model = getattr(mod, cls_name)(cfg, rngs=nnx.Rngs(params=seed))
+    if dtype is not None:
+        graph, state = nnx.split(model)
+        if hasattr(cfg, "dtype"):  # the layers read it at construction: rebuild the graph computing in dtype
+            cfg.dtype = dtype
+            graph, _ = nnx.split(getattr(mod, cls_name)(cfg, rngs=nnx.Rngs(params=seed)))
+        model = nnx.merge(graph, jax.tree.map(lambda x: x.astype(dtype), state))
     # Init scales differ by family (near-uniform logits for some, |logp| ~ 300 for qwen2); fix the
     # embedding's scale so log-probs are O(1-10) and a 1e-5 tolerance means the same for every family.
     emb = model.embedder.input_embedding

@@ -66,6 +66,7 @@ CHIPS = "rljob_trainer_chips"
 PEAK_FLOPS = "rljob_trainer_peak_flops_per_second_per_chip"
 MFU = "rljob_trainer_mfu_ratio"
 TOKENS_PER_SECOND_PER_CHIP = "rljob_trainer_tokens_per_second_per_chip"
+ROLLOUT_TOKENS_PER_SECOND = "rljob_trainer_rollout_tokens_per_second"
 TIME_SECONDS = "rljob_trainer_time_seconds_total"
 COMPILATIONS = "rljob_trainer_compilations_total"
 COMPILE_SECONDS = "rljob_trainer_compile_seconds_total"
@@ -210,6 +211,12 @@ class TrainerMetrics:
         )
         self.tokens_per_second = Gauge(
             TOKENS_PER_SECOND, "Real tokens trained on per second of the last step.", base, registry=r
+        )
+        self.rollout_tokens = Gauge(
+            ROLLOUT_TOKENS_PER_SECOND,
+            "Completion tokens sampled / rollout seconds, last step.",
+            base,
+            registry=r,
         )
         self.reward_mean = Gauge(REWARD_MEAN, "Mean reward of the last step's completions.", base, registry=r)
         self.reward_min = Gauge(
@@ -377,6 +384,8 @@ class TrainerMetrics:
         self.padding_tokens.labels(**lb, packed=packed).inc(max(0, r.padding_tokens))
         self.tokens.labels(**lb).inc(r.real_tokens)
         self.tokens_per_second.labels(**lb).set(r.real_tokens / r.seconds if r.seconds > 0 else 0.0)
+        if (rollout := r.rollout_tokens_per_second) is not None:
+            self.rollout_tokens.labels(**lb).set(rollout)
         if r.rewards.size:
             self.reward_mean.labels(**lb).set(float(r.rewards.mean()))
             self.reward_min.labels(**lb).set(float(r.rewards.min()))

@@ -49,11 +49,19 @@ class StepReport:
     packed: bool
     rollout_seeds: tuple[int, ...] = ()
     """Sampler seeds used this step; derived from (spec seed, step), recorded for audits of exact resume."""
+    generated_tokens: int = 0
+    """Completion tokens the rollout sampled this step (padding after EOS excluded)."""
     phase_hbm: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per phase: (device bytes in use at its end, the process's peak bytes in use so far), from the
     accelerator's memory statistics (``StepRecorder.memory_probe``); empty where it reports none (CPU).
     The peak is the runtime's high-water mark since start: the first phase whose value reaches a step's
     final peak is the one that set it."""
+
+    @property
+    def rollout_tokens_per_second(self) -> float | None:
+        """Sampled completion tokens per second of the rollout phase (None if no rollout ran)."""
+        secs = self.phase_seconds.get("rollout", 0.0)
+        return self.generated_tokens / secs if secs > 0 else None
 
     @property
     def reward_mean(self) -> float:
@@ -88,6 +96,7 @@ class _Accumulator:
     real_tokens: int = 0
     slot_tokens: int = 0
     used_slot_tokens: int = 0
+    generated_tokens: int = 0
     seeds: list[int] = field(default_factory=list)
     hbm: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -164,6 +173,11 @@ class StepRecorder:
                 self._current.slot_tokens += int(slots)
                 self._current.used_slot_tokens += int(used_slots)
 
+    def add_generated(self, tokens: int) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current.generated_tokens += int(tokens)
+
     def add_seed(self, seed: int) -> None:
         with self._lock:
             if self._current is not None:
@@ -186,6 +200,7 @@ class StepRecorder:
             used_slot_tokens=cur.used_slot_tokens,
             packed=self.packed,
             rollout_seeds=tuple(cur.seeds),
+            generated_tokens=cur.generated_tokens,
             phase_hbm=dict(cur.hbm),
         )
         self.reports.append(report)
