@@ -91,6 +91,11 @@ Annotations = Annotated[
 ]
 """Pod annotations, checked as Kubernetes checks a pod template's."""
 
+QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+"""The pattern controller-gen writes for every resource.Quantity of a CRD, the JobSet's pod template
+included: a quantity there must match it as well as parse (it refuses ``Gi`` and ``.``, which parse as 0)."""
+_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
+
 Size = Annotated[
     str,
     Field(max_length=32),
@@ -98,10 +103,11 @@ Size = Annotated[
         message="must be a Kubernetes quantity (e.g. 100Gi, 500M, 10k, 1e9; the suffixes are k M G T P E "
         "and Ki Mi Gi Ti Pi Ei), not negative and below 2^63-1 (Kubernetes would store a larger value "
         "as 2^63-1)",
-        cel="isQuantity(self) && quantity(self).sign() >= 0 && "
-        "quantity(self).isLessThan(quantity('9223372036854775807'))",
-        check=quantity.is_size,
+        cel=f"self.matches({cel_string(QUANTITY_PATTERN)}) && isQuantity(self) && "
+        "quantity(self).sign() >= 0 && quantity(self).isLessThan(quantity('9223372036854775807'))",
+        check=lambda s: _QUANTITY_RE.fullmatch(s) is not None and quantity.is_size(s),
     ),
 ]
-"""A size in bytes. Kubernetes' own grammar (``10k``, ``500m``: yes; ``10K``: no) and range; stricter only
-at the top, where Kubernetes silently stores 2^63-1 instead of the value written."""
+"""A size in bytes, as the JobSet's schema (QUANTITY_PATTERN) and the apiserver (ParseQuantity: ``10k``
+and ``500m`` yes, ``10K`` no; not negative for a pod) take it; stricter only at the top, where Kubernetes
+silently stores 2^63-1 instead of the value written."""

@@ -115,7 +115,12 @@ KUBE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
             ("8Ei", False),  # 2^63: Kubernetes would store 2^63-1
             ("99999999999999999999Ei", False),
             ("1e19", False),
-            ("Gi", True),  # no digits: Kubernetes reads 0
+            ("Gi", False),  # ParseQuantity reads 0; the JobSet's schema pattern refuses it
+            (".5", True),
+            ("1.", True),
+            ("+1", True),
+            (".", False),
+            ("1e3.5", False),
             ("", False),
         )
     ),
