@@ -19,11 +19,12 @@ from rljob.api.check import Check, cel_string
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-_SUBDOMAIN_BODY = DNS_SUBDOMAIN[1:-1]
+_ANY_CASE_SUBDOMAIN = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*"
 _NAME_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-QUALIFIED_NAME = rf"^({_SUBDOMAIN_BODY}/)?{_NAME_PART}$"
-"""A label or annotation key: ``[prefix/]name``, the prefix a DNS subdomain of at most 253 characters
-(checked apart: RE2 cannot count it), the name at most 63 (IsQualifiedName)."""
+ANNOTATION_KEY = rf"^({_ANY_CASE_SUBDOMAIN}/)?{_NAME_PART}$"
+"""An annotation key: ``[prefix/]name``, the prefix a DNS subdomain of at most 253 characters (checked
+apart: RE2 cannot count it), the name at most 63 (IsQualifiedName of the key lowercased, as
+ValidateAnnotations checks it: an annotation's prefix may have capitals, a label's may not)."""
 MAX_PREFIX = 253
 
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
@@ -54,12 +55,12 @@ Image = Annotated[
 """A container image. Kubernetes refuses only leading and trailing whitespace; whitespace inside is
 refused here too, because no image reference holds it (the kubelet reports InvalidImageName)."""
 
-_QUALIFIED_RE = re.compile(QUALIFIED_NAME)
+_ANNOTATION_KEY_RE = re.compile(ANNOTATION_KEY)
 
 
 def _qualified(key: str) -> bool:
     prefix = key.rpartition("/")[0]  # the pattern allows at most one "/"
-    return _QUALIFIED_RE.fullmatch(key) is not None and len(prefix) <= MAX_PREFIX
+    return _ANNOTATION_KEY_RE.fullmatch(key) is not None and len(prefix) <= MAX_PREFIX
 
 
 MAX_ANNOTATION_BYTES = 128 * 1024
@@ -78,7 +79,7 @@ Annotations = Annotated[
         message="keys must be qualified names ([prefix/]name: the prefix a DNS subdomain of at most 253 "
         "characters, the name at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
         "letter or digit)",
-        cel=f"self.all(k, k.matches({cel_string(QUALIFIED_NAME)}) && "
+        cel=f"self.all(k, k.matches({cel_string(ANNOTATION_KEY)}) && "
         f"(!k.contains('/') || size(k.split('/')[0]) <= {MAX_PREFIX}))",
         check=lambda d: all(_qualified(k) for k in d),
     ),
@@ -92,8 +93,10 @@ Annotations = Annotated[
 """Pod annotations, checked as Kubernetes checks a pod template's."""
 
 QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-"""The pattern controller-gen writes for every resource.Quantity of a CRD, the JobSet's pod template
-included: a quantity there must match it as well as parse (it refuses ``Gi`` and ``.``, which parse as 0)."""
+"""The pattern controller-gen writes for every resource.Quantity of a CRD (the JobSet's included, though
+JobSet's webhook re-encodes the quantity before the schema sees it): it refuses the strings ParseQuantity
+reads as 0 although they hold no digit (``Gi``, ``.``, ``+``) and whitespace around a quantity (which
+Kubernetes' JSON decoding trims)."""
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 
 Size = Annotated[
@@ -104,10 +107,12 @@ Size = Annotated[
         "and Ki Mi Gi Ti Pi Ei), not negative and below 2^63-1 (Kubernetes would store a larger value "
         "as 2^63-1)",
         cel=f"self.matches({cel_string(QUANTITY_PATTERN)}) && isQuantity(self) && "
-        "quantity(self).sign() >= 0 && quantity(self).isLessThan(quantity('9223372036854775807'))",
+        "!quantity(self).isLessThan(quantity('0')) && "
+        "quantity(self).isLessThan(quantity('9223372036854775807'))",
         check=lambda s: _QUANTITY_RE.fullmatch(s) is not None and quantity.is_size(s),
     ),
 ]
-"""A size in bytes, as the JobSet's schema (QUANTITY_PATTERN) and the apiserver (ParseQuantity: ``10k``
-and ``500m`` yes, ``10K`` no; not negative for a pod) take it; stricter only at the top, where Kubernetes
-silently stores 2^63-1 instead of the value written."""
+"""A size in bytes, as the apiserver takes it (ParseQuantity: ``10k`` and ``500m`` yes, ``10K`` no; not
+negative for a pod). Stricter only where Kubernetes would silently store another value than the one
+written: 2^63-1 for a larger one, 0 for one without digits, the value without the whitespace around it
+(QUANTITY_PATTERN)."""

@@ -32,7 +32,8 @@ KUBE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("annotation key with a space", manifest({"podAnnotations": {"my key": "x"}}), _NOTES),
     ("annotation key with two slashes", manifest({"podAnnotations": {"a/b/c": "x"}}), _NOTES),
     ("annotation key empty prefix", manifest({"podAnnotations": {"/a": "x"}}), _NOTES),
-    ("annotation key upper-case prefix", manifest({"podAnnotations": {"Example.com/a": "x"}}), _NOTES),
+    ("annotation key upper-case prefix", manifest({"podAnnotations": {"Example.com/a": "x"}}), None),
+    ("annotation key prefix ends with -", manifest({"podAnnotations": {"example-/a": "x"}}), _NOTES),
     ("annotation key name 63", manifest({"podAnnotations": {"a" * 63: "x"}}), None),
     ("annotation key name 64", manifest({"podAnnotations": {"a" * 64: "x"}}), _NOTES),
     (
@@ -115,7 +116,8 @@ KUBE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
             ("8Ei", False),  # 2^63: Kubernetes would store 2^63-1
             ("99999999999999999999Ei", False),
             ("1e19", False),
-            ("Gi", False),  # ParseQuantity reads 0; the JobSet's schema pattern refuses it
+            ("Gi", False),  # Kubernetes reads 0
+            (" 1Gi", False),  # Kubernetes trims it
             (".5", True),
             ("1.", True),
             ("+1", True),

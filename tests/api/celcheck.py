@@ -32,7 +32,7 @@ def _sum(items: Any) -> celtypes.IntType:
     return celtypes.IntType(sum(int(i) for i in items))
 
 
-# Kubernetes' CEL quantity library (isQuantity, quantity, sign, isLessThan), as far as the CRD uses it.
+# Kubernetes' CEL quantity library (isQuantity, quantity, isLessThan), as far as the CRD uses it.
 # A quantity is held as Kubernetes holds it: rounded up to whole nanounits and capped at 2^63-1.
 
 
@@ -49,10 +49,6 @@ def _quantity(text: Any) -> Decimal:
     return abs(value).quantize(quantity.NANO, rounding=ROUND_UP).copy_sign(value)  # < 29 digits
 
 
-def _sign(value: Decimal) -> celtypes.IntType:
-    return celtypes.IntType((value > 0) - (value < 0))
-
-
 def _is_less_than(value: Decimal, other: Decimal) -> celtypes.BoolType:
     return celtypes.BoolType(value < other)
 
@@ -62,7 +58,6 @@ _FUNCTIONS = {
     "sum": _sum,
     "isQuantity": _is_quantity,
     "quantity": _quantity,
-    "sign": _sign,
     "isLessThan": _is_less_than,
 }
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from rljob.api import quantity
-from rljob.api.kubetypes import GO_SPACES, MAX_PREFIX, QUALIFIED_NAME, QUANTITY_PATTERN
+from rljob.api.kubetypes import ANNOTATION_KEY, GO_SPACES, MAX_PREFIX
 from rljob.api.spec import RLJob
 from tests.api.manifests import WORKLOAD, manifest, merge
 
@@ -65,16 +65,17 @@ def value_at(obj: dict[str, Any], path: str) -> Any:
 # --- where the admission is deliberately stricter than Kubernetes -------------------------------------
 
 _SPACES = re.compile(f"[{GO_SPACES}]")
-_QUALIFIED = re.compile(QUALIFIED_NAME)
+_QUALIFIED = re.compile(ANNOTATION_KEY)
 
 
 def _spaces_inside_only(image: str) -> bool:
     return _SPACES.match(image) is None and _SPACES.search(image[-1:]) is None
 
 
-def _capped(text: str) -> bool:
-    value = quantity.parse_quantity(text)
-    return re.fullmatch(QUANTITY_PATTERN, text) is not None and value is not None and value >= 0
+def _read_otherwise(text: str) -> bool:
+    """A size Kubernetes takes but stores as another value (capped, 0 without digits, trimmed)."""
+    value = quantity.parse_quantity(re.sub(f"^{_SPACES.pattern}+|{_SPACES.pattern}+$", "", text))
+    return value is not None and value >= 0
 
 
 def _keys_qualified(annotations: dict[str, str]) -> bool:
@@ -93,8 +94,9 @@ STRICTER: list[tuple[str, str, Callable[[Any], bool]]] = [
     ),
     (
         r"spec\.volumes\[\d+\]\.emptyDir\.sizeLimit",
-        "a quantity of 2^63-1 or more: Kubernetes stores 2^63-1 instead of the value written",
-        _capped,
+        "a quantity Kubernetes stores as another value: 2^63-1 for 2^63-1 or more, 0 for one without digits "
+        "(Gi), the value without the whitespace around it",
+        _read_otherwise,
     ),
     (
         r"spec\.podAnnotations",
@@ -105,6 +107,11 @@ STRICTER: list[tuple[str, str, Callable[[Any], bool]]] = [
         r"spec\.volumes\[\d+\]\.(secret\.secretName|configMap\.name|persistentVolumeClaim\.claimName)",
         "not a DNS subdomain: no Secret, ConfigMap or claim has that name, so the pod would wait for ever",
         bool,
+    ),
+    (
+        r"spec\.(queueName|priorityClassName|serviceAccountName)",
+        "an empty name: Kubernetes reads it as unset (and so does the renderer); leave the field out",
+        lambda name: name == "",
     ),
     (
         r"metadata\.name",

@@ -6,10 +6,11 @@ accepts, ``admission_draws.py``):
 
 * the admission is ``parse_rljob`` and the apiserver's dry-run create of the RLJob, and they agree;
 * an accepted RLJob renders objects the apiserver accepts on a server-side dry-run create: the ConfigMap,
-  the JobSet (through JobSet's and Kueue's webhooks) and a Job of the JobSet's pod template, named as
-  JobSet names the last slice's Job. The Job is needed: the JobSet's schema checks the template's
-  types and quantity patterns, but neither it nor JobSet's webhook runs Kubernetes' pod validation
-  (names, annotation keys, image whitespace), which only the Job's create does;
+  the JobSet (through JobSet's and Kueue's webhooks), a Job of the JobSet's pod template named as JobSet
+  names the last slice's Job, and that Job's last pod. The Job and the pod are needed: the JobSet's
+  schema checks the template's types, but neither it nor JobSet's webhook runs Kubernetes' pod template
+  validation (names, annotation keys), which the Job's create does, and some checks are made of pods
+  only (whitespace around the image), which the pod's create does;
 * a refused RLJob, rendered without the model's checks, is refused by the apiserver too, unless
   ``admission_draws.STRICTER`` says why the admission refuses on purpose what Kubernetes takes; then the
   apiserver must take it (so that list stays true).
@@ -79,6 +80,21 @@ def slice_job(jobset: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": template["spec"]}
 
 
+def slice_pod(job: dict[str, Any]) -> dict[str, Any]:
+    """The last pod of ``job`` as the Job controller makes it (name, hostname and the JobSet's subdomain),
+    without serviceAccountName and priorityClassName: the pod's admission plugins would ask whether those
+    objects exist (no admission's business: docs/operator.md), and the Job's validation checked their form.
+    Pod validation is where an image with whitespace around it is refused (a template's is not)."""
+    spec = copy.deepcopy(job["spec"]["template"]["spec"])
+    for name in ("serviceAccountName", "priorityClassName"):
+        spec.pop(name, None)
+    last = f"{job['metadata']['name']}-{job['spec']['completions'] - 1}"
+    spec |= {"hostname": last, "subdomain": job["metadata"]["name"].rsplit("-", 2)[0]}
+    metadata = copy.deepcopy(job["spec"]["template"]["metadata"])
+    metadata |= {"name": f"{last}-abcde", "namespace": job["metadata"]["namespace"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
 def kubernetes_verdict(apis: Apis, ns: str, job: RLJob) -> str | None:
     """None if the apiserver takes every object the operator would create for ``job`` (dry runs), else
     the first refusal."""
@@ -90,14 +106,17 @@ def kubernetes_verdict(apis: Apis, ns: str, job: RLJob) -> str | None:
             names.JOBSET_GROUP, names.JOBSET_VERSION, ns, names.JOBSET_PLURAL, jobset, dry_run="All"
         ),
         "Job": lambda: apis.batch.create_namespaced_job(ns, slice_job(jobset), dry_run="All"),
+        "Pod": lambda: apis.core.create_namespaced_pod(ns, slice_pod(slice_job(jobset)), dry_run="All"),
     }
     for kind, create in creates.items():
         try:
             create()
         except ApiException as exc:
-            if exc.status not in (400, 422):
+            message = message_of(exc)
+            webhook = exc.status == 403 and "denied the request" in message  # Kueue's, JobSet's: 403
+            if exc.status not in (400, 422) and not webhook:
                 raise  # not a verdict on the object
-            return f"{kind}: {message_of(exc)}"
+            return f"{kind}: {message}"
     return None
 
 
