@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from rljob.api.check import VALIDATIONS
 from rljob.api.kubeyaml import Dumper
 from rljob.api.rules import MUTABLE_SPEC_FIELDS, RULES
 from rljob.api.spec import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, RLJob, RLJobSpec
@@ -67,6 +68,7 @@ _KEEP = {
     "maxProperties",
     "maxItems",
     "minItems",
+    VALIDATIONS,  # a field's own checks (check.py); the cross-field rules are added below
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rljob.api.check import VALIDATIONS
 from rljob.api.crd import openapi_schema
 from rljob.api.rules import MUTABLE_SPEC_FIELDS, RULES
 
@@ -34,6 +35,9 @@ def _bounds(node: dict[str, Any]) -> str:
         parts.append(f"at most {node['maxLength']} chars")
     if "pattern" in node:
         parts.append(f"pattern `{node['pattern']}`")
+    # the field's own checks (rljob/api/check.py); cross-field rules point elsewhere (fieldPath) and are
+    # listed under "Cross-field rules"
+    parts += [r["message"] for r in node.get(VALIDATIONS, []) if "fieldPath" not in r]
     return ", ".join(parts)
 
 

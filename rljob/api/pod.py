@@ -13,13 +13,15 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from rljob.api.base import Model
+from rljob.api.kubetypes import DNS_SUBDOMAIN, ObjectName, Size, VolumeName
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-ConfigKey = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
-ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
-VolumeName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
+"""A C identifier. Stricter than Kubernetes (any printable ASCII but '=' since 1.34): the trainer is a
+Python process started by a shell-free entrypoint, and such names are what XLA, libtpu and Hugging Face
+read."""
+ConfigKey = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^\.?[-_a-zA-Z0-9][-._a-zA-Z0-9]*$")]
+"""A Secret or ConfigMap key (IsConfigMapKey): letters, digits, '-', '_' and '.', but not '.' or '..' and
+not starting with '..'."""
 _SEGMENT = r"([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+)"  # a path segment other than "." and ".."
 AbsolutePath = Annotated[str, Field(min_length=2, max_length=1024, pattern=rf"^(/{_SEGMENT})+$")]
 _IN_VOLUME = rf"({_SEGMENT}|\.)"  # "." and empty segments (a//b) are allowed, ".." is not
@@ -117,7 +119,8 @@ class CSIVolume(Model):
     volumeAttributes {bucketName: my-bucket, mountOptions: implicit-dirs}."""
 
     driver: Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_SUBDOMAIN)]
-    """CSI driver name."""
+    """CSI driver name. Lowercase, unlike Kubernetes' check (which lowercases first): the kubelet finds a
+    driver by its exact name, and a CSIDriver object's name is a lowercase DNS subdomain."""
     readOnly: bool = False
     """Mount read-only."""
     volumeAttributes: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=32)] = (
@@ -154,8 +157,8 @@ class EmptyDirVolume(Model):
 
     medium: Literal["", "Memory"] = ""
     """"" (node disk) or Memory (tmpfs)."""
-    sizeLimit: Annotated[str, Field(max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$")] | None = None
-    """Size limit, a Kubernetes quantity such as 100Gi."""
+    sizeLimit: Size | None = None
+    """Size limit, a Kubernetes quantity such as 100Gi, 500M or 10k."""
 
 
 class Volume(Model):

@@ -13,8 +13,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rljob.api.base import Model
+from rljob.api.kubetypes import Annotations, Image, ObjectName, QueueName
 from rljob.api.maxtext import BACKENDS, MaxTextSpec
-from rljob.api.pod import CapacitySpec, EnvVar, ObjectName, Volume, VolumeMount
+from rljob.api.pod import CapacitySpec, EnvVar, Volume, VolumeMount
 from rljob.api.progress import Progress
 from rljob.api.rules import violations
 from rljob.api.tpu import ACCELERATORS
@@ -171,7 +172,7 @@ class MetricsSpec(Model):
 class RLJobSpec(Model):
     """What to train and on which TPU slice."""
 
-    image: Annotated[str, Field(min_length=1, max_length=512)]
+    image: Image
     """Trainer container image."""
     model: ModelSpec = Field(default_factory=ModelSpec)
     """Model family, size and weights."""
@@ -201,11 +202,12 @@ class RLJobSpec(Model):
     """Suspend the job (pods are removed). The only field that may change after creation. With
     ``queueName`` it deactivates the Kueue Workload (its quota is freed) instead of suspending the JobSet,
     which Kueue owns."""
-    queueName: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    queueName: QueueName | None = None
     """Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name on the JobSet, which is created
-    suspended; Kueue starts it on admission). The RLJob is Queued until then."""
-    priorityClassName: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    """PriorityClass of the trainer pods."""
+    suspended; Kueue starts it on admission). The RLJob is Queued until then. A DNS subdomain of at most
+    63 characters (a label value that Kueue accepts as a queue name)."""
+    priorityClassName: ObjectName | None = None
+    """PriorityClass of the trainer pods (a DNS subdomain)."""
     maxRestarts: Annotated[int, Field(ge=0, le=1000)] = 3
     """Restarts of the whole slice group after a failure. Preemption and maintenance do not count."""
     ttlSecondsAfterFinished: Annotated[int, Field(ge=0, le=31_536_000)] = 43200
@@ -229,10 +231,9 @@ class RLJobSpec(Model):
     operator then adds the gke-gcsfuse/volumes pod annotation). /dev/shm is always mounted."""
     volumeMounts: Annotated[list[VolumeMount], Field(max_length=32)] = Field(default_factory=list)
     """Where spec.volumes appear in the trainer container."""
-    podAnnotations: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=64)] = (
-        Field(default_factory=dict)
-    )
-    """Annotations added to every trainer pod (e.g. gke-gcsfuse/volumes)."""
+    podAnnotations: Annotations = Field(default_factory=dict)
+    """Annotations added to every trainer pod (e.g. gke-gcsfuse/volumes): keys are qualified names
+    ([prefix/]name), as Kubernetes requires."""
 
 
 class Condition(Model):

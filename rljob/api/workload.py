@@ -8,35 +8,65 @@ Sources are URIs of three kinds, told apart by their scheme so the trainer knows
 * ``hf://org/repo[@revision]`` for models and ``hf://datasets/[org/]name[@revision]`` for datasets
   (the Hugging Face Hub).
 
-The patterns below only check the form; whether the thing exists is the trainer's start-up check. They use
-no look-arounds, because the apiserver (RE2) and pydantic (Rust regex) must accept the same expressions.
+The expressions below only check the form; whether the thing exists is the trainer's start-up check. They
+use no look-arounds, because the apiserver (RE2, through CEL) and the model (Python) must accept the same
+expressions.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from rljob.api.base import Model
+from rljob.api.check import Check, cel_string
+from rljob.api.kubetypes import GO_SPACES
 
+_NOT_SPACE = f"[^{GO_SPACES}]"  # explicit: RE2's \S is ASCII-only, Python's and Rust's are Unicode
 _BUCKET = r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"
 _HUB_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
 _REVISION = r"(@[A-Za-z0-9][A-Za-z0-9._/-]{0,254})?"
-_LOCAL = r"[^:\s][^:]*"  # no scheme: a path never contains ':' here, so 'x://' can only be a scheme
 
-MODEL_SOURCE_PATTERN = rf"^(gs://{_BUCKET}(/\S*)?|hf://{_HUB_NAME}/{_HUB_NAME}{_REVISION}|{_LOCAL})$"
-"""A model checkpoint or tokenizer: local path, gs://bucket[/path] or hf://org/repo[@revision]."""
-DATA_SOURCE_PATTERN = rf"^(gs://{_BUCKET}/\S+|hf://datasets/({_HUB_NAME}/)?{_HUB_NAME}{_REVISION}|{_LOCAL})$"
-"""A dataset: a local JSONL/Parquet file or directory, a gs:// object or prefix, or hf://datasets/<id>."""
-STORAGE_PATTERN = rf"^(gs://{_BUCKET}(/\S*)?|{_LOCAL})$"
-"""A directory the trainer writes (checkpoints, compilation cache): a local path or gs://bucket[/path], the
-two kinds Orbax and JAX can open here (s3:// and others would only fail at start: Orbax needs s3fs)."""
+URI_FORMS: dict[str, tuple[str, str]] = {
+    "local": ("a local path", f"[^:{GO_SPACES}][^:]*"),  # no ':': 'x://' can only be a scheme
+    "gs": ("gs://bucket[/path]", f"gs://{_BUCKET}(/{_NOT_SPACE}*)?"),
+    "gs-object": ("gs://bucket/path", f"gs://{_BUCKET}/{_NOT_SPACE}+"),
+    "hf-model": ("hf://org/repo[@revision]", f"hf://{_HUB_NAME}/{_HUB_NAME}{_REVISION}"),
+    "hf-dataset": (
+        "hf://datasets/[org/]name[@revision]",
+        f"hf://datasets/({_HUB_NAME}/)?{_HUB_NAME}{_REVISION}",
+    ),
+}
+"""Every form of source or destination the trainer opens (rljob_trainer.workload.sources: local files,
+Cloud Storage, the Hugging Face Hub): (how the message names it, its expression)."""
+
+
+def uri(*forms: str, role: str) -> Check:
+    """The check of a storage URL field that takes ``forms`` (keys of URI_FORMS): one rule for every such
+    field, refusing any other scheme (s3://, https://, ...) with the forms the field takes."""
+    pattern = "^(" + "|".join(URI_FORMS[f][1] for f in forms) + ")$"
+    names = [URI_FORMS[f][0] for f in forms]
+    shown = ", ".join(names[:-1]) + " or " + names[-1]
+    compiled = re.compile(pattern)
+    return Check(
+        message=f"must be {shown}: the {role} the trainer opens (no other scheme)",
+        cel=f"self.matches({cel_string(pattern)})",
+        check=lambda s: compiled.fullmatch(s) is not None,
+    )
+
+
 FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
-ModelSource = Annotated[str, Field(min_length=1, max_length=1024, pattern=MODEL_SOURCE_PATTERN)]
-StoragePath = Annotated[str, Field(min_length=1, max_length=1024, pattern=STORAGE_PATTERN)]
-DataSource = Annotated[str, Field(min_length=1, max_length=1024, pattern=DATA_SOURCE_PATTERN)]
+_URI = Field(min_length=1, max_length=1024)
+ModelSource = Annotated[str, _URI, uri("local", "gs", "hf-model", role="model sources")]
+"""A model checkpoint or tokenizer."""
+DataSource = Annotated[str, _URI, uri("local", "gs-object", "hf-dataset", role="dataset sources")]
+"""A dataset: a local JSONL/Parquet file or directory, a gs:// object or prefix, or hf://datasets/<id>."""
+StoragePath = Annotated[str, _URI, uri("local", "gs", role="directories")]
+"""A directory the trainer writes (checkpoints, compilation cache): Orbax and JAX write local paths and
+gs:// here (s3:// and others would only fail at start: Orbax needs s3fs)."""
 FieldName = Annotated[str, Field(min_length=1, max_length=128)]
 
 BUILTIN_REWARDS: tuple[str, ...] = (

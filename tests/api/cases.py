@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.api.cases_kube import KUBE_CASES
 from tests.api.cases_pod import POD_CASES
 from tests.api.cases_tpu import TPU_CASES
 from tests.api.manifests import BASE, DELETE, WORKLOAD, manifest, merge
@@ -230,4 +231,5 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         "spec.model.maxtext.modelName",
     ),
     *POD_CASES,
+    *KUBE_CASES,
 ]

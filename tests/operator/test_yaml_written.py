@@ -8,11 +8,13 @@ bare they came back as a boolean or a number, and the trainer refused the RLJob 
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from rljob_operator.render import dump_yaml, render_objects
 
 from rljob.api import load_manifests
+from rljob.api.kubetypes import ANNOTATION_KEY
 from rljob.api.kubeyaml import read_documents
 from tests.api.test_kubeyaml_dump import TRICKY
 from tests.operator.builders import make_rljob
@@ -23,8 +25,8 @@ STRINGS = [s for s in TRICKY if s]  # an annotation value may be empty too, but 
 @pytest.fixture(scope="module")
 def job():
     builder = make_rljob("y").set("spec.env", [{"name": f"V{i}", "value": s} for i, s in enumerate(STRINGS)])
-    for s in STRINGS:
-        builder.pod_annotation(s, s)  # as key and as value
+    for i, s in enumerate(STRINGS):  # as key (where it is a qualified name, as a key must be) and value
+        builder.pod_annotation(s if re.fullmatch(ANNOTATION_KEY, s) else f"k{i}", s)
     return builder.obj()
 
 
