@@ -19,16 +19,13 @@ so a save killed half-way never shows up as a step. A finalized step that still 
 training resumes from the next older one and can later save that step number again; a good checkpoint
 is never overwritten or deleted by this.
 
-SIGTERM (GKE preemption, pod deletion): while the step under way has changed the actor (its update and
-weight sync), the handler only sets a flag. At the end of the step (after its weight sync) every host
-agrees on the flag (one tiny all-gather), the step is saved, training stops and the trainer exits with
-``EXIT_PREEMPTED`` (143 = 128 + SIGTERM): non-zero, so the JobSet restarts the run instead of counting it as
-finished, and distinct from ``2`` (bad config). While the main thread only waits for the step's rollout
-and rewards (``StepRecorder.at_boundary``: they run in Tunix's data thread and may take longer than the
-grace period, or hang), the handler raises ``sigterm.StopNow`` there instead: the trainer saves the last
-finished step (the weights the actor holds) and exits 143 at once, leaving the data thread behind. With
-several processes that happens only when that step is already saved (a save needs every host, and the
-others may still be in the rollout's collectives); otherwise they finish the step as above.
+SIGTERM (GKE preemption, pod deletion): while the main thread only waits for a step's rollout and rewards
+(``StepRecorder.at_boundary``: Tunix's data thread runs them, and they may outlast the grace period or
+hang), the handler raises ``sigterm.StopNow`` there: the last finished step (the weights the actor still
+holds) is saved and the trainer exits at once. With several processes only when that step is already
+saved (a save needs every host; the others may be inside the rollout's collectives). Otherwise the handler
+sets a flag; at the end of the step every host agrees on it (one tiny all-gather), the step is saved,
+training stops and the trainer exits ``EXIT_PREEMPTED`` (143 = 128 + SIGTERM): retryable, unlike 2.
 
 Multi-host: every process calls save/restore (the arrays are sharded across hosts); Orbax lets process 0
 alone write metadata, and only process 0 logs.
