@@ -77,6 +77,8 @@ BUILTIN_REWARDS: tuple[str, ...] = (
     "answerCharFraction",
 )
 """Built-in reward names (rljob_trainer.workload.rewards implements them)."""
+REWARD_TIMEOUT_SECONDS = 600
+"""spec.rewards[i].timeoutSeconds' default: one reward call over a step's completions, 10 minutes."""
 
 
 class DataSpec(Model):
@@ -119,3 +121,8 @@ class RewardSpec(Model):
     """regex only: a Python regular expression searched in the completion (DOTALL)."""
     maxLength: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
     """lengthPenalty only: completion length in characters above which the penalty starts."""
+    timeoutSeconds: Annotated[int, Field(ge=1, le=86400)] = REWARD_TIMEOUT_SECONDS
+    """Seconds one call of this reward (a whole step's completions) may take. A call that takes longer
+    stops the run with exit 2 naming spec.rewards[i] (a retry would wait the same way) instead of hanging
+    it. The default, 10 minutes, is below spec.metrics.stallThresholdSeconds' default, so a hung reward
+    ends the run before it reads as a stall. mathAnswer gives up on one answer after about 40 s (scored 0)."""

@@ -220,6 +220,21 @@ RULE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         "spec.rewards",
     ),
     (
+        "reward timeout",
+        manifest(merge(WORKLOAD, {"rewards": [{"function": "m:f", "timeoutSeconds": 86400}]})),
+        None,
+    ),
+    (
+        "zero reward timeout",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "exactMatch", "timeoutSeconds": 0}]})),
+        "spec.rewards[0].timeoutSeconds",
+    ),
+    (
+        "reward timeout over a day",
+        manifest(merge(WORKLOAD, {"rewards": [{"name": "exactMatch", "timeoutSeconds": 86401}]})),
+        "spec.rewards[0].timeoutSeconds",
+    ),
+    (
         "too many rewards",
         manifest(merge(WORKLOAD, {"rewards": [{"name": "exactMatch"}] * 17})),
         "spec.rewards",

@@ -81,8 +81,12 @@ MUTATIONS = {
         "(rljob_trainer_first_step_grace_seconds and",
     ),
     "first-step grace ignored": (
-        "(rljob_trainer_first_step_grace_seconds and",
-        "(rljob_trainer_stall_threshold_seconds and",
+        "(rljob_trainer_first_step_grace_seconds unless",
+        "(rljob_trainer_stall_threshold_seconds unless",
+    ),
+    "grace waits for GMP's first counter sample": (
+        "(rljob_trainer_first_step_grace_seconds unless rljob_trainer_steps_total > 0)",
+        "(rljob_trainer_first_step_grace_seconds and rljob_trainer_steps_total == 0)",
     ),
     "finished runs count as stalled": (">= rljob_trainer_max_steps", "> 1e12"),
     "stall alert per host": (

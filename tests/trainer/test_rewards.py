@@ -246,3 +246,42 @@ def test_a_required_parameter_is_checked_against_the_dataset_s_columns(
         "spec.rewards[0].function: team_rewards_answer:answer_required requires answer,"
     )
     assert "(columns: solution)" in message and "**kwargs))" not in message
+
+
+HANGING = """
+import threading
+
+RELEASE = threading.Event()
+
+def wait(prompts, completions, **columns):
+    RELEASE.wait()  # never set by the run: a reward stuck on a lock, a socket, a child process
+    return [0.0 for _ in completions]
+"""
+
+
+def test_a_reward_past_its_deadline_is_abandoned_naming_the_field_and_the_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through Tunix's reward manager in a worker thread: a call that does not return within
+    spec.rewards[i].timeoutSeconds raises RewardError naming the field and the time, and is left running
+    (a thread cannot be killed) and counted, so the trainer exits without waiting for it."""
+    (tmp_path / "team_rewards_hanging.py").write_text(HANGING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import team_rewards_hanging
+
+    specs = [
+        RewardSpec(name="exactMatch"),
+        RewardSpec(function="team_rewards_hanging:wait", timeoutSeconds=1),
+    ]
+    before = rewards.abandoned_calls()
+    with pytest.raises(RewardError) as caught:
+        in_a_thread(lambda: tunix_rewards(specs))
+    assert str(caught.value).startswith(
+        "spec.rewards[1]: team_rewards_hanging:wait did not return within 1 s (spec.rewards[1].timeoutSeconds)"
+    )
+    assert rewards.abandoned_calls() == before + 1
+    team_rewards_hanging.RELEASE.set()  # let the abandoned thread end, as the process exit would
+    for thread in rewards._ABANDONED:
+        thread.join()
+    assert rewards.abandoned_calls() == 0
+    assert RewardSpec(name="exactMatch").timeoutSeconds == 600

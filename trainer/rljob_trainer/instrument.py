@@ -36,6 +36,13 @@ class Instrumented:
             ("sync_weights", "weight_sync"),
         ):
             setattr(cluster, method, _timed(getattr(cluster, method), recorder, phase))
+        timed_update = cluster.update_actor
+
+        def update_actor(*args: Any, **kwargs: Any) -> Any:
+            recorder.updating()  # from here the actor leaves the last finished step's weights
+            return timed_update(*args, **kwargs)
+
+        cluster.update_actor = update_actor
         sample = cluster.rollout.generate
 
         def generate(prompts: Any, config: Any, **kwargs: Any) -> Any:

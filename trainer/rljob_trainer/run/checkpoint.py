@@ -19,10 +19,13 @@ so a save killed half-way never shows up as a step. A finalized step that still 
 training resumes from the next older one and can later save that step number again; a good checkpoint
 is never overwritten or deleted by this.
 
-SIGTERM (GKE preemption, pod deletion): the handler only sets a flag. At the end of the current step
-(after its weight sync) every host agrees on the flag (one tiny all-gather), the step is saved, training
-stops and the trainer exits with ``EXIT_PREEMPTED`` (143 = 128 + SIGTERM): non-zero, so the JobSet
-restarts the run instead of counting it as finished, and distinct from ``2`` (bad config).
+SIGTERM (GKE preemption, pod deletion): while the main thread only waits for a step's rollout and rewards
+(``StepRecorder.at_boundary``: Tunix's data thread runs them, and they may outlast the grace period or
+hang), the handler raises ``sigterm.StopNow`` there: the last finished step (the weights the actor still
+holds) is saved and the trainer exits at once. With several processes only when that step is already
+saved (a save needs every host; the others may be inside the rollout's collectives). Otherwise the handler
+sets a flag; at the end of the step every host agrees on it (one tiny all-gather), the step is saved,
+training stops and the trainer exits ``EXIT_PREEMPTED`` (143 = 128 + SIGTERM): retryable, unlike 2.
 
 Multi-host: every process calls save/restore (the arrays are sharded across hosts); Orbax lets process 0
 alone write metadata, and only process 0 logs.
@@ -329,7 +332,9 @@ class Checkpointer:
         """On SIGTERM, finish the current step, save it and stop (see the module docstring)."""
 
         def handler(signum: int, frame: FrameType | None) -> None:
-            self.sigterm = True
+            first, self.sigterm = not self.sigterm, True
+            if first and self._can_stop_now():
+                raise sigterm.StopNow()  # out of Tunix's wait for the data thread (see the module docstring)
             _info(
                 "SIGTERM received: finishing the current step, then checkpointing and exiting %d",
                 EXIT_PREEMPTED,
@@ -339,6 +344,32 @@ class Checkpointer:
             log.warning("not in the main thread: no SIGTERM handler installed")
             return
         sigterm.while_training(lambda: handler(signal.SIGTERM, None))  # until now SIGTERM exited at once
+
+    def _last_finished(self) -> int | None:
+        """The last step finished in this process (None: none yet; a resumed step is already saved)."""
+        reports = self.recorder.reports if self.recorder is not None else []
+        return reports[-1].step if reports else None
+
+    def _can_stop_now(self) -> bool:
+        """Whether a SIGTERM may leave now (the main thread is in the signal handler): the actor holds the
+        last finished step, and saving it needs no other host."""
+        if self.recorder is None or not self.recorder.at_boundary:
+            return False
+        unsaved = self._manager is not None and self._last_finished() not in (None, self.last_saved)
+        import jax
+
+        return not unsaved or jax.process_count() == 1
+
+    def stop_now(self) -> str:
+        """After ``sigterm.StopNow``: save the last finished step (when not yet saved); what happened, for
+        the console."""
+        step = self._last_finished()
+        if step is None:
+            return "SIGTERM before a step finished in this process: nothing to save"
+        if self._manager is None:
+            return f"SIGTERM after step {step}: no spec.checkpoint.directory, nothing saved"
+        self.save(step)
+        return f"SIGTERM during the rollout or rewards of step {step + 1}: step {step} is saved"
 
     def close(self) -> None:
         if self._manager is None:

@@ -5,11 +5,11 @@ with the JobSet's failure policy:
 
 * 0: trained to the end.
 * 2: bad config (invalid RLJob, unknown model family/size, missing checkpoint, row too short, engine not
-  usable here, a reward function that raised). Not retryable: every line on stderr names the field
+  usable here, a reward function that raised or ran past spec.rewards[i].timeoutSeconds). Not retryable: every line on stderr names the field
   (``spec.model.checkpointPath: ...``, ``spec.rewards[1]: ...``).
 * 1: anything else (a crash, a preempted host, ...). Retryable.
-* 143: stopped by SIGTERM after finishing the step and saving a checkpoint (docs/observability.md).
-  Retryable: the restarted trainer resumes from that checkpoint.
+* 143: stopped by SIGTERM after saving the last finished step (docs/observability.md): at once while a
+  step's rollout or rewards run, else after the step under way. Retryable: the restarted trainer resumes.
 
 All configuration checks run before JAX or Tunix is imported, so a bad config fails in about a second.
 """
@@ -39,6 +39,7 @@ from rljob_trainer.workload import rewards, sources
 
 if TYPE_CHECKING:  # importing the bridge imports JAX and Tunix: only when training
     from rljob_trainer import tunix_bridge
+    from rljob_trainer.run import checkpoint
 
 EXIT_OK = 0
 EXIT_RETRYABLE = 1
@@ -107,9 +108,9 @@ def train(
     """Build the Tunix trainer for ``job`` and run it; returns the run (its recorder holds every StepReport,
     its cluster the trained actor). ``workload`` comes from ``startup.prepare`` (prepared here if not given).
 
-    Raises RLJobError for config problems found while building (e.g. the engine needs another backend).
+    Raises RLJobError for config problems found while building (e.g. the engine needs another backend),
+    ``sigterm.StopNow`` (saying what it saved) for a SIGTERM during a step's rollout or rewards.
     """
-    from rljob_trainer import tunix_bridge
     from rljob_trainer.run import checkpoint, distributed
     from rljob_trainer.telemetry import metrics_server
 
@@ -148,8 +149,23 @@ def train(
         ) from None
     # issue 6: saves every N steps and on SIGTERM; records the data position (examples consumed)
     ckpt = checkpoint.for_job(job, recorder, telemetry, dataset_size=len(workload.data))
+    try:
+        run = _build_and_train(job, workload, recorder, ckpt)
+    except sigterm.StopNow:  # SIGTERM while the actor still held the last finished step
+        raise sigterm.StopNow(ckpt.stop_now()) from None
+    ckpt.close()
+    return run
+
+
+def _build_and_train(
+    job: RLJob, workload: startup.Workload, recorder: StepRecorder, ckpt: checkpoint.Checkpointer
+) -> tunix_bridge.TunixRun:
+    """Build the Tunix run, resume it from the newest checkpoint and train; a config error raises
+    RLJobError (a packed row too short, a reward function that failed)."""
+    from rljob_trainer import tunix_bridge
     from rljob_trainer.packing.rows import RowTooShortError
 
+    spec = job.spec
     try:
         run = tunix_bridge.build(
             spec,
@@ -171,8 +187,15 @@ def train(
             raise
         # a reward's bug fails the same way on every retry: exit 2 naming spec.rewards[i], no traceback
         raise RLJobError([str(failed)], job.metadata.name, "stopped: a reward function failed") from None
-    ckpt.close()
     return run
+
+
+def _leave(code: int) -> None:
+    """Exit now, without the interpreter's shutdown: it would wait for threads left running (Tunix's data
+    thread in a rollout, a reward call past its deadline) and for locks they hold."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _configure_logging() -> None:
@@ -255,7 +278,12 @@ def run(args: argparse.Namespace) -> int:
         run = train(job, callbacks, workload)
     except RLJobError as exc:
         print(exc, file=sys.stderr)
+        if rewards.abandoned_calls():  # a reward past its deadline still runs: do not wait for it
+            _leave(EXIT_BAD_CONFIG)
         return EXIT_BAD_CONFIG
+    except sigterm.StopNow as stop:  # the checkpoint is saved; Tunix's data thread is left behind
+        print(f"{stop}; exit {EXIT_PREEMPTED}", flush=True)
+        _leave(EXIT_PREEMPTED)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_RETRYABLE

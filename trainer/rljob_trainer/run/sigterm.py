@@ -29,6 +29,15 @@ EXIT_SIGTERM = 143
 """128 + SIGTERM: what a process killed by SIGTERM reports; retryable for the JobSet."""
 
 T = TypeVar("T")
+
+
+class StopNow(BaseException):
+    """Raised by the training SIGTERM handler in the main thread while it only waits for the rollout and
+    rewards of a step (the actor still holds the last finished step): leaves Tunix's loop at once instead
+    of waiting for a rollout or reward that may outlast the grace period. A BaseException, so no
+    ``except Exception`` on the way (Tunix's, JAX's) swallows it."""
+
+
 _on_sigterm: Callable[[], None] | None = None
 
 

@@ -115,6 +115,7 @@ class StepRecorder:
         self._lock = threading.Lock()
         self._current: _Accumulator | None = None
         self._stop = False
+        self._at_boundary = True
         self._active = threading.local()  # the phase each thread is in (compiles are attributed to it)
         # () -> (bytes in use, peak bytes in use) of the accelerator, or None (memory.hbm_usage); read
         # at the end of every phase. Set by the trainer, so this module needs no JAX.
@@ -128,6 +129,19 @@ class StepRecorder:
     def stop_requested(self) -> bool:
         return self._stop
 
+    @property
+    def at_boundary(self) -> bool:
+        """Whether the actor holds exactly the last finished step's weights (or the start's) and no step
+        is being reported or saved: from the end of ``begin`` (and before the first) until the step's first
+        update (``updating``). A SIGTERM then need not wait for the rollout and rewards of the step under
+        way (checkpoint.Checkpointer). Set and read only by the main thread, where Tunix updates the actor
+        and where signal handlers run, so no lock is needed."""
+        return self._at_boundary
+
+    def updating(self) -> None:
+        """The current step starts changing the actor (Tunix's ``update_actor``)."""
+        self._at_boundary = False
+
     def begin(self, step: int) -> None:
         with self._lock:
             self._current = _Accumulator(step=step, started=time.perf_counter())
@@ -135,6 +149,7 @@ class StepRecorder:
             start = getattr(callback, "on_step_start", None)
             if start is not None:
                 start(step)
+        self._at_boundary = True
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -185,6 +200,7 @@ class StepRecorder:
 
     def finish(self) -> StepReport | None:
         """Close the running step, if any, and run every callback on its report."""
+        self._at_boundary = False  # callbacks save checkpoints: not a point to leave at
         with self._lock:
             cur, self._current = self._current, None
         if cur is None:

@@ -8,15 +8,24 @@ wrapped to multiply by its weight and to find the reference answer under ``spec.
 Tunix calls the functions in its data thread; one that raises (or returns no list of one number per
 completion) raises ``RewardError`` naming ``spec.rewards[i]``, which the trainer turns into exit 2: the same
 input would fail the same way on every retry.
+
+Deadline (``spec.rewards[i].timeoutSeconds``): a thread cannot be killed, so each call runs in a daemon
+thread of its own while Tunix's thread waits for it at most that long; a call still running then is
+abandoned (``abandoned_calls`` counts them) and ``RewardError`` stops the run, whose trainer then exits
+without the interpreter's shutdown (which could wait on the abandoned call's locks). What this cannot end:
+a reward holding the GIL inside one C call (a huge integer power), which freezes every thread; mathAnswer
+therefore runs math-verify in a worker process (math_worker.py).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import inspect
 import math
 import re
+import threading
 import traceback
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -192,24 +201,64 @@ def build(
             fn, label = _custom(spec, i, columns), spec.function
         else:
             fn, label = _builtin(spec, i)[0], spec.name or ""
-        fns.append(_weighted(fn, spec.weight, label, answer_field, i, custom=bool(spec.function)))
+        fns.append(_weighted(fn, spec, label, answer_field, i))
     return fns
 
 
-def _weighted(
-    fn: RewardFn, weight: float, name: str, answer_field: str, index: int, custom: bool
-) -> RewardFn:
+_ABANDONED: list[threading.Thread] = []
+"""Threads of reward calls that ran past their deadline (left running: a thread cannot be stopped)."""
+
+
+def abandoned_calls() -> int:
+    """How many abandoned reward calls are still running in this process."""
+    return sum(thread.is_alive() for thread in _ABANDONED)
+
+
+def call_with_deadline(fn: Callable[[], Any], timeout_s: float, field: str, name: str) -> Any:
+    """``fn()`` in a daemon thread, waited for at most ``timeout_s``; re-raises its exception. Raises
+    RewardError naming ``field`` and the time when it has not returned by then (it is left running)."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # handed to the waiting thread below, whatever it is
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=target, name=f"rljob-{field}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:  # still running: abandon it
+        _ABANDONED.append(thread)
+        raise RewardError(
+            field,
+            f"{name} did not return within {timeout_s:g} s ({field}.timeoutSeconds); the run stops "
+            "instead of waiting for ever (a retry would wait the same way): find what it waits for, or "
+            "raise the timeout",
+        )
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _weighted(fn: RewardFn, spec: RewardSpec, name: str, answer_field: str, index: int) -> RewardFn:
     field = f"spec.rewards[{index}]"
 
     def reward(prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> list[float]:
+        if spec.function:
+            call = functools.partial(fn, prompts=prompts, completions=completions, **columns)
+        else:
+            call = functools.partial(
+                fn, completions=list(completions), answers=list(columns.get(answer_field, []))
+            )
         try:
-            if custom:
-                values = fn(prompts=prompts, completions=completions, **columns)
-            else:
-                values = fn(completions=list(completions), answers=list(columns.get(answer_field, [])))
+            values = call_with_deadline(call, spec.timeoutSeconds, field, name)
+        except RewardError:
+            raise
         except Exception as exc:
             raise RewardError(field, f"{name} raised {_describe(exc)}") from exc
-        return [weight * v for v in _checked(values, len(completions), field, name)]
+        return [spec.weight * v for v in _checked(values, len(completions), field, name)]
 
     reward.__name__ = re.sub(r"\W", "_", name)  # Tunix logs rewards by function name
     return reward
