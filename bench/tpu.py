@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import logging
 import os
@@ -60,6 +61,9 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         help="PHASE@STEP[:SECONDS]: trace that phase (bench/phase_profile.py), e.g. train@2; repeatable",
+    )
+    p.add_argument(
+        "--stacks", type=float, default=0, help="print every thread's stack when a phase runs this long"
     )
     return p.parse_args(argv)
 
@@ -109,7 +113,7 @@ def step_record(r, step_flops) -> dict:
     }
 
 
-def _trace_phases(profiles: list[PhaseProfile]) -> None:
+def _trace_phases(profiles: list[PhaseProfile], stacks: float = 0) -> None:
     """Print each phase's end as it happens (time, seconds, HBM), so a call cut off by the device's
     time limit still says where its time went; each of ``profiles`` traces the phase it names."""
     import contextlib
@@ -124,9 +128,13 @@ def _trace_phases(profiles: list[PhaseProfile]) -> None:
         with phase(self, name):
             for profile in profiles:
                 profile.begin(name)
+            if stacks:  # where the host spends a long phase (faulthandler: every thread's Python stack)
+                faulthandler.dump_traceback_later(stacks, repeat=True, file=sys.stdout)
             try:
                 yield
             finally:
+                if stacks:
+                    faulthandler.cancel_dump_traceback_later()
                 for profile in profiles:
                     profile.end(name)
         usage = self.memory_probe() if self.memory_probe else None
@@ -152,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("rljob_trainer").setLevel(logging.INFO)  # the budget and rollout chunks chosen
     compile_cache.enable(str(a.work / "compilation-cache"))  # as a pod: a second call starts warm
     profiles = [PhaseProfile(spec, a.out.parent / f"{a.arm}-trace-{i}") for i, spec in enumerate(a.profile)]
-    _trace_phases(profiles)
+    _trace_phases(profiles, a.stacks)
     if a.arm == "tunix":
         from rljob_trainer import tunix_bridge
         from tunix.rl.grpo.grpo_learner import GRPOLearner
