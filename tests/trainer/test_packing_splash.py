@@ -5,7 +5,8 @@ The trainer runs packed qwen3/qwen2 with ``attention="splash"`` on a TPU: the mo
 switched on while the call traces with a block dividing the row; by default each layer's own attention
 block up to the final norm and the head at completion columns only (``adapter.packed_hidden(splash=True)``). Here the very same Pallas
 kernel runs in interpret mode (``make_splash_mha(interpret=True)``), so its numerics are checked on CPU:
-packed per-token log-probs, the GRPO loss and its gradients equal Tunix's unpacked ones within 1e-5.
+packed per-token log-probs, the GRPO loss and its gradients equal Tunix's unpacked ones within 1e-5, with
+Tunix's causal mask over the row and with the mask narrowed to the longest sequence (``splash_window``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel
-from rljob_trainer.packing.adapter import resolve_attention, splash_block
+from rljob_trainer.packing.adapter import resolve_attention
 from rljob_trainer.packing.example import pack_train_example
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
+from rljob_trainer.packing.splash import splash_block
 from rljob_trainer.packing.testing import EOS_ID, PAD_ID, random_train_example, tiny_model
 from tunix.rl import common
 
@@ -64,16 +66,21 @@ def test_splash_logps_equal_unpacked(family):
     mask = np.asarray(ex.completion_mask)
     # "completions": the layers' own splash blocks up to the final norm, the head at completion columns
     # only (the trainer's default on TPU), whole or in chunks of 64 tokens (the trainer's chunks on a
-    # real vocabulary); "rows": the model's own call, head at every column.
-    cases = ((128, "completions", 0), (256, "completions", 0), (128, "completions", 64), (128, "rows", 0))
-    for block, head_at, chunk in cases:  # 128: across blocks
+    # real vocabulary); "rows": the model's own call, head at every column. Window 128: the mask causal
+    # within the longest sequence (4 + 124 tokens; the trainer's default when rows hold more), exact. A
+    # window two tokens shorter fails here (checked): the longest sequence's second-to-last column, the
+    # last that predicts a token, loses its first token.
+    cases = [(128, "completions", 0), (256, "completions", 0), (128, "completions", 64), (128, "rows", 0)]
+    cases = [(*case, 0) for case in cases] + [(128, "completions", 0, 128), (128, "rows", 0, 128)]
+    assert max(p + c for p, c in zip(PROMPTS, COMPLETIONS, strict=True)) == 128
+    for block, head_at, chunk, window in cases:  # block 128: across blocks
         logps = jax.jit(
-            lambda m, p, b=block, h=head_at, c=chunk: packed_per_token_logps(
-                m, p, temperature=TEMP, attention="splash", block=b, head_at=h, vocab_chunk=c
+            lambda m, p, b=block, h=head_at, c=chunk, w=window: packed_per_token_logps(
+                m, p, temperature=TEMP, attention="splash", block=b, head_at=h, vocab_chunk=c, window=w
             )[0]
         )
         got = np.asarray(logps(model, packed))
-        assert within(np.abs(np.where(mask, got - want, 0.0)).max(), 1e-5), (block, head_at, chunk)
+        assert within(np.abs(np.where(mask, got - want, 0.0)).max(), 1e-5), (block, head_at, chunk, window)
     assert not model.config.use_flash_attention  # switched on only while the packed call traced
 
 
@@ -83,7 +90,10 @@ def test_splash_grpo_loss_and_grads_equal_unpacked(grpo_case):
     ex = example(seed=2, prompts=[4, 3, 1], completions=[124, 90, 7])
     case = grpo_case("qwen3", ex, row=ROW, attention_block=None)
     assert case.plan.rows_used == 1
-    case.assert_loss_and_grads_equal_unpacked(make_packed_grpo_loss_fn(attention="splash", block=128))
+    # window 128: the longest sequence (the trainer's default on rows longer than it; adapter.splash_window)
+    case.assert_loss_and_grads_equal_unpacked(
+        make_packed_grpo_loss_fn(attention="splash", block=128, window=128)
+    )
 
 
 def test_splash_block_divides_the_row_and_families():

@@ -28,11 +28,10 @@ final norm (``packed_hidden``; the head is applied whole by ``packed_logits`` or
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
@@ -44,6 +43,7 @@ from rljob_trainer.packing import maxtext_head
 from rljob_trainer.packing.attention import blocked_attention, dense_attention, segment_causal_mask
 from rljob_trainer.packing.head import tied_head
 from rljob_trainer.packing.remat import checkpoint_layer
+from rljob_trainer.packing.splash import flash_attention
 
 Attention = Literal["auto", "splash", "blocked", "dense", "segments"]
 BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
@@ -55,32 +55,6 @@ SEGMENT_FAMILIES = ("maxtext",)
 # ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens), float32 or bf16 activations (see _decoder).
 # A switch for tests and the bench.
 REMAT_LAYERS = True
-SPLASH_BLOCKS = (1024, 512, 256, 128)  # Tunix's default first; splash needs multiples of 128
-
-
-def splash_block(row_len: int) -> int:
-    """Largest splash block (query and key) dividing a packed row; rows are multiples of 128 (API rule)."""
-    for block in SPLASH_BLOCKS:
-        if row_len % block == 0:
-            return block
-    raise ValueError(
-        f"spec.packing.maxSeqTokenPerTpu={row_len} must be a multiple of 128 for splash attention"
-    )
-
-
-@contextlib.contextmanager
-def flash_attention(model: Any, block: int) -> Iterator[None]:
-    """Tunix's flash (splash) path on for calls inside (read when a jitted call traces), then restored.
-
-    Every layer holds the model's one config object, so setting it on ``model.config`` reaches them all.
-    """
-    cfg = model.config
-    saved = (cfg.use_flash_attention, cfg.flash_attention_block_size)
-    cfg.use_flash_attention, cfg.flash_attention_block_size = True, block
-    try:
-        yield
-    finally:
-        cfg.use_flash_attention, cfg.flash_attention_block_size = saved
 
 
 def family_of(model: Any) -> str:
@@ -129,6 +103,7 @@ def packed_logits(
     block: int,
     kv_segment_ids: jax.Array | None = None,
     stream: tuple[jax.Array, jax.Array] | None = None,
+    window: int = 0,
 ) -> jax.Array:
     """Float32 logits ``[R, L, V]`` of packed rows; every token sees only its own sequence's past.
 
@@ -137,10 +112,11 @@ def packed_logits(
     tokens never see it (exact), but the logits at the hole (predicting the token after it) attend
     other id-0 columns, as Tunix's own unpacked flash path does with its 0/1 segment ids.
     ``stream``: see ``packed_hidden`` (blocked only; the other paths run the model's own call on rows).
+    ``window``: splash only, see ``flash_attention``.
     """
     kv = segment_ids if kv_segment_ids is None else kv_segment_ids
     if attention == "splash":
-        with flash_attention(model, block):
+        with flash_attention(model, block, window):
             logits, _ = model(tokens, positions=positions, cache=None, attention_mask=None, segment_ids=kv)
     elif attention == "segments":
         # One id array for queries and keys, as for splash (see above).
@@ -175,6 +151,7 @@ def packed_hidden(
     splash: bool = False,
     stream: tuple[jax.Array, jax.Array] | None = None,
     split_last: bool = False,
+    window: int = 0,
 ) -> jax.Array:
     """Final-norm hidden states ``[R, L, D]`` (the head's input) of the blocked forward (qwen3/qwen2/llama3).
 
@@ -186,7 +163,8 @@ def packed_hidden(
     ``stream`` (``rows.token_stream``'s ``(index, of_slot)``, blocked/dense only): the embedding, norms,
     projections and MLP run on the real tokens alone; only the attention core sees rows (``_on_stream``).
     ``split_last`` (blocked/dense only): stop at the last layer's attention residual; ``last_layer_tail``
-    applies its MLP and the final norm, at the columns whose states are used only.
+    applies its MLP and the final norm, at the columns whose states are used only. ``window``: splash
+    only, see ``flash_attention``.
     """
     family = family_of(model)
     if split_last and (splash or family not in BLOCKED_FAMILIES):
@@ -196,7 +174,7 @@ def packed_hidden(
     if splash:
         if family not in _SPLASH:
             raise ValueError(f"no splash hidden-state forward for model family {family!r}")
-        with flash_attention(model, block):
+        with flash_attention(model, block, window):
             return _SPLASH[family](model, tokens, positions, segment_ids if kv is None else kv)
     if family not in BLOCKED_FAMILIES:
         raise ValueError(f"no hidden-state forward for model family {family!r}")

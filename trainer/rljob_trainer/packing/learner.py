@@ -32,13 +32,14 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import vanilla_rollout
 
-from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_attention, splash_block
+from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_attention
 from rljob_trainer.packing.chunks import chunk_layout, max_chunks, rows_per_chunk
 from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack_train_example, plan_layout
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
 from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError, ShapeCache
+from rljob_trainer.packing.splash import splash_block
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,12 @@ class PackedGRPOLearner(GRPOLearner):
         self.vocab_chunk = vocab_chunk
         self.chunk_rows = rows_per_chunk(token_budget, row_tokens, row_multiple) if token_budget else 0
         self.longest = longest  # the longest sequence: bounds the rows a micro-batch can need
+        # splash: attend within the longest sequence, not the whole row (adapter.splash_window)
+        self.window = longest if self.attention == "splash" and longest < row_tokens else 0
+        if self.window:
+            log.info(
+                "packing: splash attends within the last %d positions (the longest sequence)", self.window
+            )
         if self.chunk_rows:
             log.info(
                 "packing: at most %d tokens per chip in one pass: chunks of %d rows",
@@ -204,7 +211,10 @@ class PackedGRPOLearner(GRPOLearner):
         self.shapes = ShapeCache(multiple_of=row_multiple, max_pairs_per_row=nb * (nb + 1) // 2)
         self.rl_cluster.actor_trainer.with_loss_fn(
             make_packed_grpo_loss_fn(
-                attention=self.attention, block=self.attention_block, vocab_chunk=vocab_chunk
+                attention=self.attention,
+                block=self.attention_block,
+                vocab_chunk=vocab_chunk,
+                window=self.window,
             ),
             has_aux=True,
         )
@@ -290,6 +300,7 @@ class PackedGRPOLearner(GRPOLearner):
             attention=self.attention,
             block=self.attention_block,
             vocab_chunk=self.vocab_chunk,
+            window=self.window,
         )
 
     def pack(self, example: Any, layout: PackedLayout | None = None) -> tuple[PackedTrainExample, RowPlan]:

@@ -49,7 +49,9 @@ class PackedInputs:
         return (self.pair_row, self.pair_q, self.pair_k, self.pair_valid)
 
 
-@functools.partial(jax.jit, static_argnames=("temperature", "attention", "block", "vocab_chunk", "head_at"))
+@functools.partial(
+    jax.jit, static_argnames=("temperature", "attention", "block", "vocab_chunk", "head_at", "window")
+)
 def _logps(
     graphdef: Any,
     state: Any,
@@ -60,6 +62,7 @@ def _logps(
     block: int,
     vocab_chunk: int = 0,
     head_at: str = "auto",
+    window: int = 0,
 ) -> jax.Array:
     model = nnx.merge(graphdef, state)
 
@@ -73,6 +76,7 @@ def _logps(
             entropy=False,
             vocab_chunk=vocab_chunk,
             head_at=head_at,
+            window=window,
         )
 
     logps = chunked_logps(model, rows, rows.part, forward) if chunk_count(rows) else forward(model, rows)[0]
@@ -88,11 +92,12 @@ def packed_completion_logps(
     block: int,
     vocab_chunk: int = 0,
     head_at: str = "auto",
+    window: int = 0,
 ) -> jax.Array:
     """``[sum B, Tc]`` per-token log-probs of the completion tokens of consecutive micro-batches.
 
     What Tunix's ``compute_per_token_logps(prompt, completion, temperature=...)`` returns for the
-    concatenated micro-batches, at every real completion token. ``vocab_chunk``, ``head_at``:
+    concatenated micro-batches, at every real completion token. ``vocab_chunk``, ``head_at``, ``window``:
     see ``loss.packed_per_token_logps`` (by default the head runs at completion columns only).
     """
     graphdef, state = nnx.split(model)
@@ -106,6 +111,7 @@ def packed_completion_logps(
             block=block,
             vocab_chunk=vocab_chunk,
             head_at=head_at,
+            window=window,
         )
         for layout in layouts
     ]

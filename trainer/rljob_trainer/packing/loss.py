@@ -86,6 +86,7 @@ def packed_per_token_logps(
     entropy: bool = True,
     vocab_chunk: int = 0,
     head_at: str = "auto",
+    window: int = 0,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Per-token log-probs and entropies of the completion tokens, ``[B, Tc]`` each, from packed rows.
 
@@ -96,6 +97,7 @@ def packed_per_token_logps(
     ``vocab_chunk`` > 0 (blocked/dense attention, qwen3/qwen2/llama3): the head runs over that many
     tokens at a time (``head.chunked_token_logps``) instead of materialising ``[R, L, V]`` logits.
     ``head_at`` (``head_at_completions``): by default the head sees the completion columns only.
+    ``window`` (splash): the longest sequence a row holds (``splash.flash_attention``).
     """
     flat = lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1)  # noqa: E731 - column t -> token t
     index = getattr(ex, "stream_index", None)  # the layout's token stream (example.plan_layout)
@@ -116,6 +118,7 @@ def packed_per_token_logps(
             splash=attention == "splash",
             stream=stream,
             split_last=split_last,
+            window=window,
         )
 
     if head_at_completions(model, attention, head_at):
@@ -158,6 +161,7 @@ def packed_per_token_logps(
         block=block,
         kv_segment_ids=ex.kv_segment_ids,
         stream=stream,
+        window=window,
     )[:, :-1]
     if temperature != 0.0 and temperature != 1.0:
         logits = logits / temperature
@@ -271,12 +275,12 @@ def grpo_loss_from_logps(
 
 
 def make_packed_grpo_loss_fn(
-    *, attention: str, block: int, vocab_chunk: int = 0, head_at: str = "auto"
+    *, attention: str, block: int, vocab_chunk: int = 0, head_at: str = "auto", window: int = 0
 ) -> Callable[[Any, PackedTrainExample, Any], tuple[jax.Array, dict[str, jax.Array]]]:
     """A loss fn with the signature Tunix's actor trainer calls: ``(model, train_example, algo_config)``.
 
     ``attention`` is a resolved implementation (``adapter.resolve_attention``); ``block`` the attention
-    block size used when the examples were packed; ``vocab_chunk``, ``head_at``: see
+    block size used when the examples were packed; ``vocab_chunk``, ``head_at``, ``window``: see
     ``packed_per_token_logps``.
     """
 
@@ -295,6 +299,7 @@ def make_packed_grpo_loss_fn(
                 block=block,
                 vocab_chunk=vocab_chunk,
                 head_at=head_at,
+                window=window,
             )
 
         if not chunk_count(train_example):
