@@ -150,6 +150,14 @@ def test_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path: Path) -> None
     assert err.startswith(f"{tmp_path / 'rljob.yaml'} cannot be trained:")
 
 
+LLAMA3_ROPE = {  # the llama3 fixture's own rope_parameters
+    "factor": 8.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 16,
+    "rope_theta": 500000.0,
+    "rope_type": "llama3",
+}
 KEYS = {
     "gemma3 norm epsilon": (
         "gemma3-tied",
@@ -187,6 +195,23 @@ KEYS = {
         "use_bidirectional_attention is True",
     ),
     "qwen3 dropout": ("qwen3-tied", {"attention_dropout": 0.1}, "attention_dropout is 0.1"),
+    # transformers attends within the window on a sliding layer (and raises without a window)
+    "qwen3 sliding layer": (
+        "qwen3-tied",
+        {"layer_types": ["full_attention", "sliding_attention"]},
+        "layer_types is ['full_attention', 'sliding_attention']; this trainer supports only full_attention",
+    ),
+    # transformers' scaled ropes rotate only that fraction of the head; Tunix rotates all of it
+    "llama3 partial rope": (
+        "llama3-tied",
+        {"rope_parameters": {**LLAMA3_ROPE, "partial_rotary_factor": 0.5}},
+        "partial_rotary_factor is 0.5; this trainer supports only 1.0",
+    ),
+    "llama3 rope without its numbers": (
+        "llama3-tied",
+        {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
+        "rope scaling 'llama3' needs a number low_freq_factor, got None",
+    ),
 }
 
 
@@ -198,6 +223,17 @@ def test_key_the_family_cannot_honour_is_refused(tmp_path: Path, case: str) -> N
     err, _ = refused(tmp_path, folder)
     assert f"spec.model.checkpointPath: {folder}/config.json: " in err
     assert expected in err
+
+
+def test_multimodal_gemma3_ties_the_head_by_its_outer_config(tmp_path: Path) -> None:
+    """transformers' Gemma3ForConditionalGeneration ties the head by the outer config's
+    ``tie_word_embeddings``, not ``text_config``'s: an outer ``false`` is an untied head, refused."""
+    folder = copy_fixture(tmp_path, "gemma3-tied")
+    text = json.loads((folder / "config.json").read_text())
+    outer = {"model_type": "gemma3", "text_config": text, "tie_word_embeddings": False}
+    (folder / "config.json").write_text(json.dumps(outer))
+    err, _ = refused(tmp_path, folder)
+    assert f"{folder}/config.json: tie_word_embeddings is False; this trainer supports only True" in err
 
 
 def test_a_vocabulary_too_large_is_refused_before_the_tokenizer_loads(tmp_path: Path, monkeypatch) -> None:

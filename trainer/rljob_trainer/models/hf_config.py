@@ -64,7 +64,11 @@ KEYS: dict[str, dict[str, str]] = {
             "tie_word_embeddings": "carried; `false` needs `lm_head.weight` in the safetensors",
             "hidden_act": "refused unless `silu`",
             "rope_scaling / rope_parameters.rope_type": "refused unless none/`default`"
-            + (" or `llama3` (carried)" if fam == "llama3" else ""),
+            + (
+                " or `llama3` (carried: its four keys required, `partial_rotary_factor` only 1)"
+                if fam == "llama3"
+                else ""
+            ),
         }
         for fam in ("qwen3", "qwen2", "llama3")
     },
@@ -72,25 +76,70 @@ KEYS: dict[str, dict[str, str]] = {
 KEYS["qwen3"]["attention_bias"] = "refused unless `false`"
 KEYS["qwen3"]["use_sliding_window"] = "refused unless `false`"
 KEYS["qwen2"]["use_sliding_window"] = "refused unless `false`"
+KEYS["qwen3"]["layer_types"] = KEYS["qwen2"]["layer_types"] = "refused unless every layer is `full_attention`"
 KEYS["llama3"]["attention_bias, mlp_bias"] = "refused unless `false`"
 KEYS["gemma3"] = {
     **{k: f"checked against the size's `{v}`" for k, v in SHAPES.items() if k != "vocab_size"},
     "vocab_size": "checked against the size's `num_embed`",
     "rope_theta / rope_parameters.full_attention.rope_theta": "carried (`global_base_frequency`)",
     "rope_local_base_freq / rope_parameters.sliding_attention.rope_theta": "carried (`local_base_frequency`)",
-    "rope_scaling / rope_parameters.full_attention": "`linear`: carried (`global_scale_factor`); others refused",
+    "rope_scaling / rope_parameters.full_attention": (
+        "`linear`: carried (`global_scale_factor`; `partial_rotary_factor` only 1); others refused"
+    ),
     "sliding_window": "carried (`sliding_window_size`)",
-    "layer_types / sliding_window_pattern": "carried (each layer sliding or global; Tunix's own: 5 + 1)",
+    "layer_types / sliding_window_pattern / _sliding_window_pattern": (
+        "carried (each layer sliding or global; Tunix's own: 5 + 1)"
+    ),
     "query_pre_attn_scalar": "refused unless `head_dim` or `hidden_size / num_attention_heads`",
     "rms_norm_eps": "refused unless 1e-6",
     "attn_logit_softcapping, final_logit_softcapping": "refused unless null",
-    "tie_word_embeddings": "refused unless `true` (Tunix's gemma3 has no separate head)",
+    "tie_word_embeddings": "refused unless `true` (Tunix's gemma3 has no separate head); a multimodal "
+    "config's own value over its `text_config`'s, as transformers ties the head",
+    "text_config": "read: a multimodal checkpoint's text model, whose keys are this table's",
     "attention_bias": "refused unless `false`",
     "hidden_activation": "refused unless `gelu_pytorch_tanh`",
     "use_bidirectional_attention": "refused unless `false` (Tunix's gemma3 attends causally)",
 }
 for _keys in KEYS.values():
     _keys["attention_dropout"] = "refused unless 0 (Tunix's models have no dropout)"
+
+NO_EFFECT: dict[str, dict[str, str]] = {
+    # "all" or family -> config.json key -> why it does not change the computation (docs/trainer.md); every
+    # key of transformers' config classes is here or in KEYS (tests/trainer/test_checkpoint_config.py)
+    "all": {
+        "_name_or_path, architectures, transformers_version": "metadata",
+        "model_type": "picks the family (checked before this table)",
+        "bos_token_id, eos_token_id, pad_token_id": "the tokenizer's ids; the forward never reads them "
+        "(transformers' `padding_idx` only zeroes that embedding row's gradient, and pad positions are masked)",
+        "dtype, torch_dtype": "the weights' storage dtype; the trainer computes in its own (docs/tpu.md)",
+        "initializer_range": "initialises weights the checkpoint replaces",
+        "use_cache": "inference KV caching: the same values",
+        "max_position_embeddings": "rope computes any position (Tunix has no position table); only ropes "
+        "refused here read it (`dynamic`, `yarn`, `longrope`; `llama3` without its own original length)",
+        "output_attentions, output_hidden_states, return_dict": "what transformers returns, not what it computes",
+        "id2label, label2id, problem_type": "classification heads; a causal LM has none",
+        "is_encoder_decoder": "generation utilities' flag; the decoder's forward does not read it",
+        "chunk_size_feed_forward": "not read by these families' modeling code",
+    },
+    "qwen3": {},
+    "qwen2": {},
+    "llama3": {"pretraining_tp": "not read by transformers 5 (earlier versions sliced the same matmuls)"},
+    "gemma3": {
+        "cache_implementation": "inference KV caching",
+        "boi_token_index, eoi_token_index, image_token_index, mm_tokens_per_image": (
+            "image tokens: Tunix's gemma3 is built without a vision tower and prompts are text"
+        ),
+        "vision_config": "the vision tower, not built",
+    },
+}
+for _fam in ("qwen3", "qwen2"):
+    NO_EFFECT[_fam]["max_window_layers, sliding_window"] = (
+        "read only with `use_sliding_window: true` (refused); transformers sets `sliding_window` to null otherwise"
+    )
+SCALED_ROPE_KEYS = {  # rope type -> the numbers it needs (llama3's: qwen3/qwen2 refuse it; linear: gemma3's)
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "linear": ("factor",),
+}
 
 
 @dataclass
@@ -108,7 +157,11 @@ def read(path: Path) -> dict[str, Any]:
     hf = json.loads(path.read_text())
     if not isinstance(hf, dict):
         raise ValueError("not a JSON object")
-    return hf.get("text_config", hf)
+    text = hf.get("text_config", hf)
+    if text is not hf and isinstance(text, dict) and "tie_word_embeddings" in hf:
+        # transformers ties a multimodal model's head by the outer config's value, not text_config's
+        text = {**text, "tie_word_embeddings": hf["tie_word_embeddings"]}
+    return text
 
 
 def rope_of(hf: dict[str, Any], family: str, kind: str = "full_attention") -> dict[str, Any]:
@@ -186,6 +239,8 @@ def _decoder(family: str, get: Any, hf: dict[str, Any], where: str, out: Carried
             + (", 'llama3'" if family == "llama3" else "")
             + ")"
         )
+    if family == "llama3":
+        _scaled_rope(out, where, rope)
     out.rope = rope
     out.fields["rope_theta"] = rope["rope_theta"]
     out.fields["norm_eps"] = float(get("rms_norm_eps"))
@@ -201,6 +256,30 @@ def _decoder(family: str, get: Any, hf: dict[str, Any], where: str, out: Carried
             out, where, "use_sliding_window", bool(hf.get("use_sliding_window", False)), False,
             f"Tunix's {family} attends to the whole context",
         )  # fmt: skip
+        layers = hf.get("num_hidden_layers") or 0
+        types = hf.get("layer_types")
+        if types is not None and types != ["full_attention"] * layers:
+            out.errors.append(
+                f"{where}: layer_types is {types!r}; this trainer supports only full_attention for each of the "
+                f"{layers} layers (Tunix's {family} attends to the whole context)"
+            )
+
+
+def _scaled_rope(out: Carried, where: str, rope: dict[str, Any]) -> None:
+    """A ``llama3``/``linear`` rope needs its numbers (else a KeyError after JAX starts), and scales the whole
+    head: transformers' scaled ropes rotate only ``partial_rotary_factor`` of it (its default rope ignores
+    that key), Tunix's always all of it."""
+    kind = rope["rope_type"]
+    for key in SCALED_ROPE_KEYS.get(kind, ()):
+        if not _number(rope.get(key)):
+            out.errors.append(f"{where}: rope scaling {kind!r} needs a number {key}, got {rope.get(key)!r}")
+    if kind in SCALED_ROPE_KEYS:
+        partial = rope.get("partial_rotary_factor", 1.0)
+        _refuse_unless(out, where, "partial_rotary_factor", partial, 1.0, "Tunix rotates the whole head")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _gemma3(get: Any, hf: dict[str, Any], where: str, out: Carried) -> None:
@@ -208,13 +287,14 @@ def _gemma3(get: Any, hf: dict[str, Any], where: str, out: Carried) -> None:
     global_rope, local_rope = rope_of(hf, "gemma3"), rope_of(hf, "gemma3", "sliding_attention")
     out.fields["global_base_frequency"] = global_rope["rope_theta"]
     out.fields["local_base_frequency"] = local_rope["rope_theta"]
-    if global_rope["rope_type"] == "linear":
-        out.fields["global_scale_factor"] = float(global_rope["factor"])
-    elif global_rope["rope_type"] != "default":
+    if global_rope["rope_type"] not in ("default", "linear"):
         out.errors.append(
             f"{where}: rope scaling type {global_rope['rope_type']!r} is not supported for gemma3 "
             "(supported: none, 'linear')"
         )
+    _scaled_rope(out, where, global_rope)
+    if global_rope["rope_type"] == "linear" and _number(global_rope.get("factor")):
+        out.fields["global_scale_factor"] = float(global_rope["factor"])
     if local_rope["rope_type"] != "default":
         out.errors.append(f"{where}: sliding-layer rope type {local_rope['rope_type']!r} is not supported")
     out.fields["sliding_window_size"] = int(get("sliding_window"))
