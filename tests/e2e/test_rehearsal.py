@@ -291,9 +291,15 @@ def test_train_scrape_resume_stall_succeed(
                 follow.wait(timeout=60)
         finally:
             follow.kill()
-        stops = re.findall(r"SIGTERM: stopping after step (\d+) \(checkpoint saved\)", old_log.read_text())
+        # Either path of a SIGTERM (checkpoint.Checkpointer): mid-update, the step finishes and is saved;
+        # during a step's rollout or rewards (before its first update), the last finished step is saved at once.
+        stops = re.findall(
+            r"SIGTERM: stopping after step (\d+) \(checkpoint saved\)"
+            r"|SIGTERM during the rollout or rewards of step \d+: step (\d+) is saved",
+            old_log.read_text(),
+        )
         assert len(stops) == 1, "attempt 0 should stop once on SIGTERM:\n" + old_log.read_text()[-2000:]
-        saved = float(stops[0])
+        saved = float(stops[0][0] or stops[0][1])
         old_last = prom.wait_for(
             lambda: prom.query(f'max_over_time({sel[:-1]},restart_attempt="0"}}[10m])'),
             60,

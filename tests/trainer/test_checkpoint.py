@@ -122,6 +122,7 @@ def test_sigterm_finishes_the_step_saves_and_stops(tmp_path: Path) -> None:
         train_step(run)
         ckpt(report(1))
         assert ckpt.steps() == [] and not recorder.stop_requested
+        recorder.updating()  # step 2 already changes the actor: a SIGTERM now waits for the step's end
         os.kill(os.getpid(), signal.SIGTERM)  # handled: sets a flag only, the process lives on
         train_step(run)
         ckpt(report(2))
