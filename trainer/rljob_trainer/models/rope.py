@@ -15,6 +15,7 @@ read their config's rope themselves and are left alone.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import jax
@@ -64,4 +65,14 @@ def install(family: str, rope: dict[str, Any], head_dim: int) -> None:
         return out.astype(inputs.dtype)
 
     apply_rope.rljob_rope = (rope, head_dim)  # type: ignore[attr-defined]
+    module.__dict__.setdefault("tunix_apply_rope", module.apply_rope)  # Tunix's own, for ``restore``
     module.apply_rope = apply_rope
+
+
+def restore(family: str) -> None:
+    """Tunix's own rotation back in ``tunix.models.<family>.model`` (a no-op if never installed): the
+    install is process state, and a process that builds models of different checkpoints in turn (the
+    tests) must not carry one's frequencies to the next."""
+    module = sys.modules.get(f"tunix.models.{family}.model")
+    if module is not None and hasattr(module, "tunix_apply_rope"):
+        module.apply_rope = module.tunix_apply_rope
