@@ -194,3 +194,30 @@ def test_every_key_of_the_family_is_carried_refused_or_has_no_effect(family: str
         k for k in hf_config.KEYS[family] if k in hf_config.NO_EFFECT["all"] | hf_config.NO_EFFECT[family]
     ]
     assert both == []
+
+
+def test_rope_install_reaches_programs_jitted_before_it() -> None:
+    """A program jitted before ``rope.install`` (Tunix's module-level ``nnx.jit`` log-prob passes) rotates
+    by the installed frequencies after it, and by Tunix's again after ``restore``: a jit cache is keyed by
+    shapes, not by the module function it traced, so the swap must drop it (CI once compared a pass cached
+    under one checkpoint's rope with a fresh one under Tunix's: 1.02 apart)."""
+    import importlib
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from rljob_trainer.models import rope
+
+    module = importlib.import_module("tunix.models.qwen3.model")
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 5, 2, 16)), jnp.float32)
+    positions = jnp.arange(5)[None, :]
+    rotate = jax.jit(lambda x, p: module.apply_rope(x, p, head_dim=16))
+    tunix = np.asarray(rotate(x, positions))
+    try:
+        rope.install("qwen3", {"rope_theta": 100.0}, head_dim=16)
+        want = np.asarray(module.apply_rope(x, positions, head_dim=16))
+        assert np.abs(want - tunix).max() > 0.1  # the two rotations differ
+        np.testing.assert_allclose(np.asarray(rotate(x, positions)), want, atol=1e-6)
+    finally:
+        rope.restore("qwen3")
+    np.testing.assert_allclose(np.asarray(rotate(x, positions)), tunix, atol=1e-6)

@@ -49,6 +49,8 @@ def install(family: str, rope: dict[str, Any], head_dim: int) -> None:
     if family not in PATCHED:
         return
     module = importlib.import_module(f"tunix.models.{family}.model")
+    if getattr(module.apply_rope, "rljob_rope", None) == (rope, head_dim):
+        return  # already rotating so: keep what is compiled
     inv = inverse_frequencies(rope, head_dim)
 
     def apply_rope(
@@ -66,7 +68,7 @@ def install(family: str, rope: dict[str, Any], head_dim: int) -> None:
 
     apply_rope.rljob_rope = (rope, head_dim)  # type: ignore[attr-defined]
     module.__dict__.setdefault("tunix_apply_rope", module.apply_rope)  # Tunix's own, for ``restore``
-    module.apply_rope = apply_rope
+    _swap(module, apply_rope)
 
 
 def restore(family: str) -> None:
@@ -75,4 +77,14 @@ def restore(family: str) -> None:
     tests) must not carry one's frequencies to the next."""
     module = sys.modules.get(f"tunix.models.{family}.model")
     if module is not None and hasattr(module, "tunix_apply_rope"):
-        module.apply_rope = module.tunix_apply_rope
+        _swap(module, module.tunix_apply_rope)
+
+
+def _swap(module: Any, apply_rope: Any) -> None:
+    """Put ``apply_rope`` in ``module`` and, if that changes it, drop JAX's compiled programs: a function
+    jitted before the swap (Tunix's module-level ``nnx.jit`` log-prob passes) would otherwise keep the
+    rotation it was traced with, since a jit cache is keyed by shapes, not by the globals it called."""
+    if module.apply_rope is apply_rope:
+        return
+    module.apply_rope = apply_rope
+    jax.clear_caches()
