@@ -56,11 +56,13 @@ def start(tmp_path: Path, block_from: int, timeout_s: int, **spec: object) -> su
     return runs.start(config, "--quiet", PYTHONPATH=path)
 
 
-def sigterm_inside_the_reward(proc: subprocess.Popen) -> tuple[str, float]:
-    """Wait until the run is inside the blocking reward, SIGTERM it; (all output, seconds until it ended)."""
+def sigterm_inside_the_reward(proc: subprocess.Popen, settle: float = 0.0) -> tuple[str, float]:
+    """Wait until the run is inside the blocking reward (and ``settle`` seconds more), SIGTERM it; (all
+    output, seconds until it ended)."""
     lines: list[str] = []
     try:
         assert runs.wait_for_line(proc, "REWARD WAITING", lines, timeout=600), "".join(lines)
+        time.sleep(settle)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=120)
@@ -113,4 +115,31 @@ def test_sigterm_inside_the_first_step_s_reward_exits_143_with_nothing_to_save(t
     assert waited < MIN_GRACE_SECONDS, f"took {waited:.1f}s to stop\n{out[-3000:]}"
     assert "SIGTERM before a step finished in this process: nothing to save; exit 143" in out, out[-3000:]
     assert [p.name for p in ckpt.iterdir()] == []  # Orbax made the directory at start; nothing saved in it
+    assert "Traceback" not in out, out[-3000:]
+
+
+def test_sigterm_after_a_step_s_first_update_leaves_within_the_grace_period(tmp_path: Path) -> None:
+    """Two updates a step (miniBatchSize 1 of batchSize 2): step 2's second mini-batch reward blocks after
+    its first update changed the actor, so step 1's weights are gone and the trainer waits for the step to
+    end. It does not wait past the grace period (30 s, less room for a save): exit 143 saying step 2 is
+    not saved and the run resumes from step 1, before the kubelet's SIGKILL."""
+    ckpt = tmp_path / "ckpt"
+    grpo = {"numGenerations": 2, "batchSize": 2, "miniBatchSize": 1, "beta": 0.0, "maxSteps": 3, "seed": 3}
+    proc = start(
+        tmp_path,
+        4,  # calls 1-2: step 1's two mini-batches; 3: step 2's first; 4: its second
+        3600,
+        grpo=grpo,
+        checkpoint={"directory": str(ckpt), "interval": 1},
+        terminationGracePeriodSeconds=MIN_GRACE_SECONDS,
+    )
+    out, waited = sigterm_inside_the_reward(proc, settle=3.0)  # step 2's first update is done by then
+    assert proc.returncode == 143, out[-3000:]
+    assert 10 <= waited < MIN_GRACE_SECONDS, f"took {waited:.1f}s to stop\n{out[-3000:]}"
+    assert "SIGTERM during step 2: it did not finish within " in out, out[-3000:]
+    assert (
+        "s of the 30 s grace period (spec.terminationGracePeriodSeconds) and is not saved; exit 143: "
+        "the run resumes from step 1"
+    ) in out, out[-3000:]
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.isdigit()) == ["1"]
     assert "Traceback" not in out, out[-3000:]

@@ -25,7 +25,9 @@ hang), the handler raises ``sigterm.StopNow`` there: the last finished step (the
 holds) is saved and the trainer exits at once. With several processes only when that step is already
 saved (a save needs every host; the others may be inside the rollout's collectives). Otherwise the handler
 sets a flag; at the end of the step every host agrees on it (one tiny all-gather), the step is saved,
-training stops and the trainer exits ``EXIT_PREEMPTED`` (143 = 128 + SIGTERM): retryable, unlike 2.
+training stops and the trainer exits ``EXIT_PREEMPTED`` (143 = 128 + SIGTERM): retryable, unlike 2. A step
+that would not end within the grace period (less room for its save) is given up with a message, still 143
+(``step_deadline``), rather than left to the kubelet's SIGKILL.
 
 Multi-host: every process calls save/restore (the arrays are sharded across hosts); Orbax lets process 0
 alone write metadata, and only process 0 logs.
@@ -102,6 +104,7 @@ class Checkpointer:
         on_resumed: Callable[[int, float], None] | None = None,
         batch_size: int = 1,
         dataset_size: int | None = None,
+        grace_seconds: float = 300.0,
     ) -> None:
         import orbax.checkpoint as ocp
 
@@ -123,6 +126,9 @@ class Checkpointer:
         self.sigterm = False
         self.stopped_by_signal = False
         self.last_saved: int | None = None
+        self.grace_seconds = grace_seconds
+        self._longest_save = 0.0
+        self._saving = False
         self._manager: Any = None
         if directory:
             if sources.kind(directory) == "gs":
@@ -178,6 +184,7 @@ class Checkpointer:
         if self._manager is None or step in self._manager.all_steps():
             return False
         started = time.perf_counter()
+        self._saving = True
         params, opt = self._states(run)
         self._manager.save(
             step,
@@ -190,6 +197,8 @@ class Checkpointer:
         )
         self._manager.wait_until_finished()
         seconds = time.perf_counter() - started
+        self._saving = False
+        self._longest_save = max(self._longest_save, seconds)
         self.last_saved = step
         _info("checkpoint: saved step %d to %s in %.2fs", step, self.directory, seconds)
         if self.on_saved is not None:
@@ -335,6 +344,8 @@ class Checkpointer:
             first, self.sigterm = not self.sigterm, True
             if first and self._can_stop_now():
                 raise sigterm.StopNow()  # out of Tunix's wait for the data thread (see the module docstring)
+            if first:
+                sigterm.leave_by(self.step_deadline(), self._unfinished)
             _info(
                 "SIGTERM received: finishing the current step, then checkpointing and exiting %d",
                 EXIT_PREEMPTED,
@@ -344,6 +355,28 @@ class Checkpointer:
             log.warning("not in the main thread: no SIGTERM handler installed")
             return
         sigterm.while_training(lambda: handler(signal.SIGTERM, None))  # until now SIGTERM exited at once
+
+    def step_deadline(self) -> float:
+        """Seconds after a mid-step SIGTERM to wait for the step: the grace period less room for its save
+        (twice the longest save of this process, at least 10 s; half the grace period before any save)."""
+        reserve = max(10.0, 2 * self._longest_save) if self._longest_save else self.grace_seconds / 2
+        return max(1.0, self.grace_seconds - min(reserve, self.grace_seconds / 2))
+
+    def _unfinished(self) -> str | None:
+        """At the deadline: None while the step's save runs or after it; else why the trainer leaves."""
+        if self._saving or self.stopped_by_signal:
+            return None
+        last = self._last_finished()
+        saved = self.last_saved if self.last_saved is not None else self.resumed_step
+        if self._manager is None:
+            resumes = "nothing is saved (no spec.checkpoint.directory)"
+        else:
+            resumes = f"the run resumes from step {saved}" if saved else "the run restarts from the start"
+        return (
+            f"SIGTERM during step {1 if last is None else last + 1}: it did not finish within "
+            f"{self.step_deadline():.0f} s of the {self.grace_seconds:.0f} s grace period "
+            f"(spec.terminationGracePeriodSeconds) and is not saved; exit {EXIT_PREEMPTED}: {resumes}"
+        )
 
     def _last_finished(self) -> int | None:
         """The last step finished in this process (None: none yet; a resumed step is already saved)."""
@@ -400,6 +433,7 @@ def for_job(
         on_resumed=metrics.on_resume if metrics is not None else None,
         batch_size=spec.grpo.batchSize,
         dataset_size=dataset_size,
+        grace_seconds=spec.terminationGracePeriodSeconds,
     )
     ckpt.recorder = recorder
     ckpt.install_sigterm_handler()

@@ -82,3 +82,26 @@ def run_interruptible(fn: Callable[[], T], poll_seconds: float = 0.2) -> T:
     if error:
         raise error[0]
     return result[0]
+
+
+def leave_by(seconds: float, still_waiting: Callable[[], str | None]) -> threading.Timer:
+    """After ``seconds``, unless ``still_waiting()`` returns None, print its message and exit 143 at once.
+
+    Why: a SIGTERM in the middle of a step (after its first update) waits for the step to end so that it
+    can be saved, and a step may outlast the grace period (a slow reward, a long rollout); the kubelet's
+    SIGKILL would then end the pod with 137 and nothing said. Leaving a little before it, with the reason,
+    is the same loss (the unfinished step) told plainly."""
+
+    def fire() -> None:
+        message = still_waiting()
+        if message is None:
+            return
+        print(message, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_SIGTERM)  # the main thread may be blocked in a collective or a reward (see above)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
