@@ -63,6 +63,11 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="PHASE@STEP[:SECONDS]: trace that phase (bench/phase_profile.py), e.g. train@2; repeatable",
     )
     p.add_argument(
+        "--tunix-decode",
+        action="store_true",
+        help="the sampler's decode as Tunix compiles it (without memory.DECODE_COMPILER_OPTIONS): the A/B arm",
+    )
+    p.add_argument(
         "--stacks", type=float, default=0, help="print every thread's stack when a phase runs this long"
     )
     return p.parse_args(argv)
@@ -161,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     compile_cache.enable(str(a.work / "compilation-cache"))  # as a pod: a second call starts warm
     profiles = [PhaseProfile(spec, a.out.parent / f"{a.arm}-trace-{i}") for i, spec in enumerate(a.profile)]
     _trace_phases(profiles, a.stacks)
+    if a.tunix_decode:
+        memory.DECODE_COMPILER_OPTIONS = {}
     if a.arm == "tunix":
         from rljob_trainer import tunix_bridge
         from tunix.rl.grpo.grpo_learner import GRPOLearner
@@ -190,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "token_budget_sequences": getattr(learner, "per_chunk", None),
         "rollout_prompts_per_call": run.cluster.cluster_config.training_config.rollout_micro_batch_size,
         "budget_share": memory.BUDGET_SHARE,
+        "decode_compiler_options": memory.DECODE_COMPILER_OPTIONS,
         "wall_seconds": round(time.time() - started, 1),
         "steps": [step_record(r, sf) for r in run.recorder.reports],
     }

@@ -314,6 +314,7 @@ def build(
     )
     memory.drop_anchor_copy(cluster)  # memory levers that change no number (memory.py)
     memory.donate_model_in_train_step(cluster.actor_trainer)
+    memory.decode_without_cache_copies(cluster)
     if spec.rollout.engine == "vanilla":  # vLLM sizes its own cache (spec.rollout.hbmUtilization)
         g = spec.grpo
         micro = g.microBatchSize or g.miniBatchSize or g.batchSize
