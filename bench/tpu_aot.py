@@ -11,6 +11,14 @@ libtpu is importable; nothing runs, nothing needs the device. Install the chip's
 ``decode``: Tunix's vanilla sampler decode loop for Qwen3-0.6B (bf16, the trainer's compute dtype), as
 Tunix jits it and with ``memory.DECODE_COMPILER_OPTIONS``; prints, per arm, the copies of a whole layer
 cache XLA inserts per decode step and the program's temporaries.
+
+``train``: one GRPO train step (loss, gradients, the trainer's optimizer update) of Qwen3-0.6B in bf16:
+Tunix's own ``grpo_loss_fn`` on ``--sequences`` unpacked sequences (what its GRPOLearner runs per
+micro-batch), or with ``--packed-rows R`` the packed learner's loss on R rows of ``--row`` tokens (splash,
+vocabulary head in chunks of 256, ``--window``). Prints the temporaries XLA needs (also when they exceed
+the chip: XLA refuses to compile then, and its message gives the figure) and whether they fit beside the
+state. The chip's figure for Tunix at 16 sequences of 256 + 512 was 21.74 GB (2026-12-06); this gives
+21.99 GB.
 """
 
 from __future__ import annotations
@@ -112,6 +120,93 @@ def decode_program(config: Any, batch: int, prompt: int, cache_size: int, option
     }
 
 
+def train_program(
+    config: Any, sequences: int, prompt: int, total: int, packed_rows: int, row: int, window: int
+) -> dict:
+    """Compile one train step for v5e; its temporaries (from XLA's refusal when they do not fit)."""
+    import re
+    import types
+
+    import jax
+    import numpy as np
+    from flax import nnx
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.packing.example import pack_train_example
+    from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
+    from rljob_trainer.packing.splash import splash_block
+    from rljob_trainer.packing.testing import grpo_config, random_train_example
+    from tunix.models.qwen3 import model as qwen3
+    from tunix.rl.algo_core import grpo_loss_fn
+
+    mesh = v5e_mesh()
+    if packed_rows:
+        config = dataclasses.replace(
+            config, use_flash_attention=True, flash_attention_block_size=splash_block(row)
+        )
+    spec = types.SimpleNamespace(grpo=types.SimpleNamespace(learningRate=1e-6))
+    with jax.set_mesh(mesh):
+        model, optimizer = nnx.eval_shape(
+            lambda: (lambda m: (m, nnx.Optimizer(m, tunix_bridge.optimizer(spec), wrt=nnx.Param)))(
+                qwen3.Qwen3(config, rngs=nnx.Rngs(0))
+            )
+        )
+    graphdef, state = nnx.split((model, optimizer))
+    rng = np.random.default_rng(0)
+    completion = total - prompt
+    example = random_train_example(
+        list(rng.integers(prompt // 2, prompt + 1, sequences)),
+        list(rng.integers(completion // 2, completion + 1, sequences)),
+        max_prompt=prompt,
+        max_completion=completion,
+    )
+    algo = grpo_config()  # beta 0.04, epsilon 0.2, temperature 0.9
+    if packed_rows:
+        example, plan = pack_train_example(example, row, pad_id=0)
+        if plan.rows_used != packed_rows:
+            raise SystemExit(f"{sequences} sequences packed into {plan.rows_used} rows, not {packed_rows}")
+        packed_loss = make_packed_grpo_loss_fn(
+            attention="splash", block=splash_block(row), vocab_chunk=256, window=window
+        )
+        loss_fn = lambda m: packed_loss(m, example_arg[0], algo)  # noqa: E731
+    else:
+        loss_fn = lambda m: grpo_loss_fn(m, example_arg[0], algo, pad_id=0, eos_id=1)  # noqa: E731
+    example_arg: list[Any] = [None]
+
+    def step(state: Any, batch: Any) -> Any:
+        example_arg[0] = batch
+        m, o = nnx.merge(graphdef, state)
+        (loss, _), grads = nnx.value_and_grad(loss_fn, has_aux=True)(m)
+        o.update(m, grads)
+        return nnx.state((m, o)), loss
+
+    here = NamedSharding(mesh, P())
+    placed = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here), (state, example))
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    try:
+        with mesh:  # Tunix's splash path reads the mesh of the older context manager
+            compiled = jax.jit(step, donate_argnums=(0,)).lower(*placed).compile()
+        temp = compiled.memory_analysis().temp_size_in_bytes
+    except jax.errors.JaxRuntimeError as exc:
+        found = re.search(r"HLO temporaries \(([0-9.]+)G\)", str(exc))
+        if found is None:
+            raise
+        temp = int(float(found.group(1)) * 2**30)
+    reference = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model)))
+    need = temp + state_bytes + reference  # + the reference model the learner keeps (beta > 0)
+    return {
+        "temp_bytes": temp,
+        "state_bytes": state_bytes,
+        "reference_bytes": reference,
+        "fits_v5e": need <= V5E_HBM,
+        "need_gib": round(need / 2**30, 2),
+    }
+
+
+V5E_HBM = int(15.75 * 2**30)
+
+
 def qwen3_0p6b(layers: int | None = None) -> Any:
     """Tunix's Qwen3-0.6B config computing in bf16 as the trainer builds it (``families.computing_in``)."""
     import jax.numpy as jnp
@@ -122,9 +217,22 @@ def qwen3_0p6b(layers: int | None = None) -> Any:
     return config if layers is None else dataclasses.replace(config, num_layers=layers)
 
 
+def _setup() -> None:
+    """The TPU as a compile target only (``ENV``), libtpu from ``LIBTPU_SITE``."""
+    for key, value in ENV.items():
+        os.environ.setdefault(key, value)
+    if os.environ.get("LIBTPU_SITE"):
+        sys.path.append(os.environ["LIBTPU_SITE"])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("program", choices=("decode",))
+    p.add_argument("program", choices=("decode", "train"))
+    p.add_argument("--sequences", type=int, default=16, help="train: sequences of the micro-batch")
+    p.add_argument("--total", type=int, default=1024, help="train: prompt + completion tokens")
+    p.add_argument("--packed-rows", type=int, default=0, help="train: the packed learner on this many rows")
+    p.add_argument("--row", type=int, default=8192, help="train: tokens a packed row")
+    p.add_argument("--window", type=int, default=0, help="train: splash window (0: causal over the row)")
     p.add_argument("--batch", type=int, default=32, help="sequences per sampler call")
     p.add_argument("--prompt", type=int, default=384)
     p.add_argument("--cache", type=int, default=1024, help="KV cache positions (prompt + completion)")
@@ -133,14 +241,24 @@ def main() -> None:
         "--arm", choices=("tunix", "rljob"), help="one arm (default: both, each in its own process)"
     )
     args = p.parse_args()
+    if args.program == "train":
+        _setup()
+        row = train_program(
+            qwen3_0p6b(args.layers),
+            args.sequences,
+            args.prompt,
+            args.total,
+            args.packed_rows,
+            args.row,
+            args.window,
+        )
+        print(json.dumps({"program": "train", **{k: v for k, v in vars(args).items() if k != "arm"}, **row}))
+        return
     if args.arm is None:  # one compile per process: a second lowering of the sampler trips over JAX's cache
         for arm in ("tunix", "rljob"):
             subprocess.run([sys.executable, __file__, *sys.argv[1:], "--arm", arm], check=True)
         return
-    for key, value in ENV.items():
-        os.environ.setdefault(key, value)
-    if os.environ.get("LIBTPU_SITE"):
-        sys.path.append(os.environ["LIBTPU_SITE"])
+    _setup()
     from rljob_trainer import memory
 
     options = {"tunix": {}, "rljob": memory.DECODE_COMPILER_OPTIONS}[args.arm]
