@@ -41,13 +41,10 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from rljob_trainer.run import sigterm
@@ -85,7 +82,7 @@ def _any_process(flag: bool) -> bool:
     return distributed.any_process(flag)
 
 
-class Checkpointer:
+class Checkpointer(sigterm.StopOnSigterm):
     """Saves and restores a ``tunix_bridge.TunixRun``; also the StepCallback that saves on schedule.
 
     ``on_saved(step, seconds)`` is called after each save (the metrics' checkpoint-pause histogram) and
@@ -335,74 +332,6 @@ class Checkpointer:
 
             multihost_utils.sync_global_devices(f"rljob-checkpoint-skip-{step}")
         self._manager.reload()
-
-    # --- SIGTERM -------------------------------------------------------------------------------------
-    def install_sigterm_handler(self) -> None:
-        """On SIGTERM, finish the current step, save it and stop (see the module docstring)."""
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            first, self.sigterm = not self.sigterm, True
-            if first and self._can_stop_now():
-                raise sigterm.StopNow()  # out of Tunix's wait for the data thread (see the module docstring)
-            if first:
-                sigterm.leave_by(self.step_deadline(), self._unfinished)
-            _info(
-                "SIGTERM received: finishing the current step, then checkpointing and exiting %d",
-                EXIT_PREEMPTED,
-            )
-
-        if threading.current_thread() is not threading.main_thread():  # only the main thread may (tests)
-            log.warning("not in the main thread: no SIGTERM handler installed")
-            return
-        sigterm.while_training(lambda: handler(signal.SIGTERM, None))  # until now SIGTERM exited at once
-
-    def step_deadline(self) -> float:
-        """Seconds after a mid-step SIGTERM to wait for the step: the grace period less room for its save
-        (twice the longest save of this process, at least 10 s; half the grace period before any save)."""
-        reserve = max(10.0, 2 * self._longest_save) if self._longest_save else self.grace_seconds / 2
-        return max(1.0, self.grace_seconds - min(reserve, self.grace_seconds / 2))
-
-    def _unfinished(self) -> str | None:
-        """At the deadline: None while the step's save runs or after it; else why the trainer leaves."""
-        if self._saving or self.stopped_by_signal:
-            return None
-        last = self._last_finished()
-        saved = self.last_saved if self.last_saved is not None else self.resumed_step
-        if self._manager is None:
-            resumes = "nothing is saved (no spec.checkpoint.directory)"
-        else:
-            resumes = f"the run resumes from step {saved}" if saved else "the run restarts from the start"
-        return (
-            f"SIGTERM during step {1 if last is None else last + 1}: it did not finish within "
-            f"{self.step_deadline():.0f} s of the {self.grace_seconds:.0f} s grace period "
-            f"(spec.terminationGracePeriodSeconds) and is not saved; exit {EXIT_PREEMPTED}: {resumes}"
-        )
-
-    def _last_finished(self) -> int | None:
-        """The last step finished in this process (None: none yet; a resumed step is already saved)."""
-        reports = self.recorder.reports if self.recorder is not None else []
-        return reports[-1].step if reports else None
-
-    def _can_stop_now(self) -> bool:
-        """Whether a SIGTERM may leave now (the main thread is in the signal handler): the actor holds the
-        last finished step, and saving it needs no other host."""
-        if self.recorder is None or not self.recorder.at_boundary:
-            return False
-        unsaved = self._manager is not None and self._last_finished() not in (None, self.last_saved)
-        import jax
-
-        return not unsaved or jax.process_count() == 1
-
-    def stop_now(self) -> str:
-        """After ``sigterm.StopNow``: save the last finished step (when not yet saved); what happened, for
-        the console."""
-        step = self._last_finished()
-        if step is None:
-            return "SIGTERM before a step finished in this process: nothing to save"
-        if self._manager is None:
-            return f"SIGTERM after step {step}: no spec.checkpoint.directory, nothing saved"
-        self.save(step)
-        return f"SIGTERM during the rollout or rewards of step {step + 1}: step {step} is saved"
 
     def close(self) -> None:
         if self._manager is None:
