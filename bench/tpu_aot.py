@@ -51,6 +51,18 @@ def v5e_mesh() -> Any:
     return Mesh(np.array(topo.devices).reshape(1, 1), ("fsdp", "tp"))
 
 
+def on_chip(mesh: Any, tree: Any) -> Any:
+    """Every array of ``tree`` as an abstract value on the chip (what ``lower`` compiles for)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    here = NamedSharding(mesh, P())
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here) if hasattr(x, "shape") else x, tree
+    )
+
+
 def abstract_sampler(config: Any, cache_size: int) -> Any:
     """Tunix's ``Sampler`` over an abstract model (shapes only), for lowering its decode loop."""
     import jax
@@ -90,8 +102,6 @@ def decode_program(config: Any, batch: int, prompt: int, cache_size: int, option
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
     mesh = v5e_mesh()
     s = abstract_sampler(config, cache_size)
@@ -100,17 +110,9 @@ def decode_program(config: Any, batch: int, prompt: int, cache_size: int, option
         lambda i: s.init_sample_state(i, cache_size, False, None, 1.0, 1.0, None, jax.random.key(0), None),
         ids,
     )
-    here = NamedSharding(mesh, P())
-
-    def placed(tree: Any) -> Any:
-        return jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here) if hasattr(x, "shape") else x,
-            tree,
-        )
-
     with jax.set_mesh(mesh):
         jitted = jax.jit(s._decode_fn, donate_argnums=(1,), compiler_options=options)
-        compiled = jitted.lower(placed(nnx.state(s.transformer)), placed(state)).compile()
+        compiled = jitted.lower(*on_chip(mesh, (nnx.state(s.transformer), state))).compile()
     cache = f"[{batch},{cache_size},{config.num_kv_heads},{config.head_dim}]"
     copies = [ln for ln in compiled.as_text().splitlines() if "copy-start(" in ln and cache in ln]
     return {
@@ -130,8 +132,6 @@ def train_program(
     import jax
     import numpy as np
     from flax import nnx
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
     from rljob_trainer import tunix_bridge
     from rljob_trainer.packing.example import pack_train_example
     from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
@@ -169,20 +169,19 @@ def train_program(
         packed_loss = make_packed_grpo_loss_fn(
             attention="splash", block=splash_block(row), vocab_chunk=256, window=window
         )
-        loss_fn = lambda m: packed_loss(m, example_arg[0], algo)  # noqa: E731
-    else:
-        loss_fn = lambda m: grpo_loss_fn(m, example_arg[0], algo, pad_id=0, eos_id=1)  # noqa: E731
-    example_arg: list[Any] = [None]
+
+    def loss(m: Any, batch: Any) -> Any:
+        if packed_rows:
+            return packed_loss(m, batch, algo)
+        return grpo_loss_fn(m, batch, algo, pad_id=0, eos_id=1)
 
     def step(state: Any, batch: Any) -> Any:
-        example_arg[0] = batch
         m, o = nnx.merge(graphdef, state)
-        (loss, _), grads = nnx.value_and_grad(loss_fn, has_aux=True)(m)
+        (value, _), grads = nnx.value_and_grad(lambda mm: loss(mm, batch), has_aux=True)(m)
         o.update(m, grads)
-        return nnx.state((m, o)), loss
+        return nnx.state((m, o)), value
 
-    here = NamedSharding(mesh, P())
-    placed = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=here), (state, example))
+    placed = on_chip(mesh, (state, example))
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
     try:
         with mesh:  # Tunix's splash path reads the mesh of the older context manager
@@ -210,10 +209,11 @@ V5E_HBM = int(15.75 * 2**30)
 def qwen3_0p6b(layers: int | None = None) -> Any:
     """Tunix's Qwen3-0.6B config computing in bf16 as the trainer builds it (``families.computing_in``)."""
     import jax.numpy as jnp
+    from rljob_trainer.models import families
     from tunix.models.qwen3 import model as qwen3
 
-    config = qwen3.ModelConfig.qwen3_0p6b()
-    config = dataclasses.replace(config, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    config = dataclasses.replace(qwen3.ModelConfig.qwen3_0p6b(), param_dtype=jnp.bfloat16)
+    config = families.computing_in(config, jnp.bfloat16)
     return config if layers is None else dataclasses.replace(config, num_layers=layers)
 
 
