@@ -306,3 +306,27 @@ def test_kwok_run_forever_annotation_keeps_pod_running(namespace: str) -> None:
     kubectl("delete", "job", "forever", "-n", namespace, "--cascade=foreground", "--timeout=60s")
     wait_for(lambda: job_pod(namespace, "forever") is None, 60, message="pod deleted")
     assert kubectl_json("get", "jobs", "-n", namespace)["items"] == []
+
+
+def test_kwok_running_pod_marked_not_ready_is_ready_again(namespace: str) -> None:
+    """When a node's heartbeats stop (kube-apiserver restarting on a loaded machine), the node lifecycle
+    controller sets Ready=False on each of its pods; a real kubelet re-reports them Ready once it reaches
+    the apiserver again. Without that, a JobSet whose pods lived through a restart stayed "0 ready" for ever
+    (tests/e2e/test_reliability_apiserver.py failed in CI, 2026-12-06)."""
+    create(cpu_job("marked", {"kwok.rljob.dev/run-forever": "true"}), namespace)
+
+    def ready() -> str | None:
+        pod = job_pod(namespace, "marked")
+        return (
+            pod and pod["status"].get("phase") == "Running" and (condition(pod, "Ready") or {}).get("status")
+        )
+
+    wait_for(lambda: ready() == "True", 60, message="pod Running and Ready")
+    name = job_pod(namespace, "marked")["metadata"]["name"]
+    # what the node lifecycle controller writes (MarkPodsNotReady), through the same status subresource
+    not_ready = {"type": "Ready", "status": "False", "reason": "NodeNotReady", "lastTransitionTime": None}
+    kubectl("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=strategic",
+            "-p", yaml.safe_dump({"status": {"conditions": [not_ready]}}))  # fmt: skip
+    assert (condition(get("pod", name, namespace), "Ready") or {}).get("status") == "False"
+    wait_for(lambda: ready() == "True", 30, message="pod Ready again")
+    assert job_pod(namespace, "marked")["metadata"]["name"] == name  # the same pod, not a replacement
