@@ -65,7 +65,13 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--tunix-decode",
         action="store_true",
-        help="the sampler's decode as Tunix compiles it (without memory.DECODE_COMPILER_OPTIONS): the A/B arm",
+        help="the sampler's decode compiled as Tunix does (without decode.DECODE_COMPILER_OPTIONS): an A/B arm",
+    )
+    p.add_argument(
+        "--decode-segments",
+        type=int,
+        default=None,
+        help="pieces of the decode loop (decode.SEGMENTS; 1: one loop over the whole cache, as Tunix's)",
     )
     p.add_argument(
         "--stacks", type=float, default=0, help="print every thread's stack when a phase runs this long"
@@ -152,7 +158,7 @@ def _trace_phases(profiles: list[PhaseProfile], stacks: float = 0) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = args_of(argv)
     import jax
-    from rljob_trainer import memory
+    from rljob_trainer import decode, memory
     from rljob_trainer.run import compile_cache
     from rljob_trainer.run import main as trainer_main
     from rljob_trainer.telemetry import flops
@@ -167,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     profiles = [PhaseProfile(spec, a.out.parent / f"{a.arm}-trace-{i}") for i, spec in enumerate(a.profile)]
     _trace_phases(profiles, a.stacks)
     if a.tunix_decode:
-        memory.DECODE_COMPILER_OPTIONS = {}
+        decode.DECODE_COMPILER_OPTIONS = {}
+    if a.decode_segments is not None:
+        decode.SEGMENTS = a.decode_segments
     if a.arm == "tunix":
         from rljob_trainer import tunix_bridge
         from tunix.rl.grpo.grpo_learner import GRPOLearner
@@ -197,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         "token_budget_sequences": getattr(learner, "per_chunk", None),
         "rollout_prompts_per_call": run.cluster.cluster_config.training_config.rollout_micro_batch_size,
         "budget_share": memory.BUDGET_SHARE,
-        "decode_compiler_options": memory.DECODE_COMPILER_OPTIONS,
+        "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
+        "decode_segments": decode.SEGMENTS,
         "wall_seconds": round(time.time() - started, 1),
         "steps": [step_record(r, sf) for r in run.recorder.reports],
     }

@@ -9,8 +9,9 @@ libtpu is importable; nothing runs, nothing needs the device. Install the chip's
     LIBTPU_SITE=/tmp/libtpu/lib/python3.11/site-packages .venv/bin/python bench/tpu_aot.py decode
 
 ``decode``: Tunix's vanilla sampler decode loop for Qwen3-0.6B (bf16, the trainer's compute dtype), as
-Tunix jits it and with ``memory.DECODE_COMPILER_OPTIONS``; prints, per arm, the copies of a whole layer
-cache XLA inserts per decode step and the program's temporaries.
+Tunix jits it (arm ``tunix``), as the trainer does (``rljob``: ``decode.DECODE_COMPILER_OPTIONS``) and in
+four pieces (``segments4``, ``decode.segmented_decode``); prints, per arm, the copies of a whole layer
+cache (or piece) XLA inserts per decode step and once a call, and the program's temporaries.
 
 ``train``: one GRPO train step (loss, gradients, the trainer's optimizer update) of Qwen3-0.6B in bf16:
 Tunix's own ``grpo_loss_fn`` on ``--sequences`` unpacked sequences (what its GRPOLearner runs per
@@ -97,11 +98,18 @@ def abstract_sampler(config: Any, cache_size: int) -> Any:
     return s
 
 
-def decode_program(config: Any, batch: int, prompt: int, cache_size: int, options: dict[str, Any]) -> dict:
-    """Compile the decode loop for v5e; the whole-cache copies per step and the temporaries."""
+def decode_program(
+    config: Any, batch: int, prompt: int, cache_size: int, options: dict[str, Any], segments: int | None
+) -> dict:
+    """Compile the decode loop for v5e (``decode.segmented_decode`` in ``segments`` pieces; 1 is Tunix's
+    loop); the copies of a layer's whole cache (or of a piece's) per step and the temporaries."""
+    import functools
+    import re
+
     import jax
     import jax.numpy as jnp
     from flax import nnx
+    from rljob_trainer import decode
 
     mesh = v5e_mesh()
     s = abstract_sampler(config, cache_size)
@@ -110,14 +118,25 @@ def decode_program(config: Any, batch: int, prompt: int, cache_size: int, option
         lambda i: s.init_sample_state(i, cache_size, False, None, 1.0, 1.0, None, jax.random.key(0), None),
         ids,
     )
+    # a concrete array in the sampler (its static field): eval_shape left a tracer there
+    state = dataclasses.replace(state, num_input_tokens=jnp.array(prompt, jnp.int32))
     with jax.set_mesh(mesh):
-        jitted = jax.jit(s._decode_fn, donate_argnums=(1,), compiler_options=options)
+        loop = functools.partial(decode.segmented_decode, s, segments=segments)
+        jitted = jax.jit(loop, donate_argnums=(1,), compiler_options=options)
         compiled = jitted.lower(*on_chip(mesh, (nnx.state(s.transformer), state))).compile()
-    cache = f"[{batch},{cache_size},{config.num_kv_heads},{config.head_dim}]"
-    copies = [ln for ln in compiled.as_text().splitlines() if "copy-start(" in ln and cache in ln]
+    cache = re.compile(rf"\[{batch},[0-9]+,{config.num_kv_heads},{config.head_dim}\]")
+    per_step = once = 0  # copies inside a loop's computations, and in the entry (once a call)
+    in_entry = False
+    for ln in compiled.as_text().splitlines():
+        if ln and not ln.startswith(" ") and ln.rstrip().endswith("{"):
+            in_entry = ln.startswith("ENTRY")
+        if "copy-start(" in ln and cache.search(ln):
+            once, per_step = (once + 1, per_step) if in_entry else (once, per_step + 1)
     return {
         "options": options,
-        "whole_cache_copies_per_step": len(copies),
+        "segments": decode.segment_ends(prompt, cache_size, segments),
+        "whole_cache_copies_per_step": per_step,
+        "whole_cache_copies_per_call": once,
         "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
     }
 
@@ -205,6 +224,14 @@ def train_program(
 
 V5E_HBM = int(15.75 * 2**30)
 
+# decode arms: (with decode.DECODE_COMPILER_OPTIONS, pieces of the loop). "rljob": as the trainer compiles it
+# (decode.SEGMENTS pieces); "segments4": in four pieces (decode.segmented_decode), the A/B arm.
+DECODE_ARMS: dict[str, tuple[bool, int | None]] = {
+    "tunix": (False, 1),
+    "rljob": (True, None),
+    "segments4": (True, 4),
+}
+
 
 def qwen3_0p6b(layers: int | None = None) -> Any:
     """Tunix's Qwen3-0.6B config computing in bf16 as the trainer builds it (``families.computing_in``)."""
@@ -238,7 +265,9 @@ def main() -> None:
     p.add_argument("--cache", type=int, default=1024, help="KV cache positions (prompt + completion)")
     p.add_argument("--layers", type=int, default=None, help="fewer layers than 28 (a quicker compile)")
     p.add_argument(
-        "--arm", choices=("tunix", "rljob"), help="one arm (default: both, each in its own process)"
+        "--arm",
+        choices=tuple(DECODE_ARMS),
+        help="decode: one arm (default: each, in its own process)",
     )
     args = p.parse_args()
     if args.program == "train":
@@ -255,14 +284,15 @@ def main() -> None:
         print(json.dumps({"program": "train", **{k: v for k, v in vars(args).items() if k != "arm"}, **row}))
         return
     if args.arm is None:  # one compile per process: a second lowering of the sampler trips over JAX's cache
-        for arm in ("tunix", "rljob"):
+        for arm in DECODE_ARMS:
             subprocess.run([sys.executable, __file__, *sys.argv[1:], "--arm", arm], check=True)
         return
     _setup()
-    from rljob_trainer import memory
+    from rljob_trainer import decode
 
-    options = {"tunix": {}, "rljob": memory.DECODE_COMPILER_OPTIONS}[args.arm]
-    row = decode_program(qwen3_0p6b(args.layers), args.batch, args.prompt, args.cache, options)
+    with_options, segments = DECODE_ARMS[args.arm]
+    options = decode.DECODE_COMPILER_OPTIONS if with_options else {}
+    row = decode_program(qwen3_0p6b(args.layers), args.batch, args.prompt, args.cache, options, segments)
     print(json.dumps({"arm": args.arm, "batch": args.batch, "cache": args.cache, **row}), flush=True)
 
 

@@ -24,6 +24,7 @@ TOP_LEVEL = {
     "tunix_bridge": "bridge",
     "instrument": "bridge",
     "memory": "bridge",
+    "decode": "bridge",
     "rollout": "bridge",
     "__main__": "run",
 }

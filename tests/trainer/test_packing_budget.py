@@ -189,3 +189,6 @@ def test_rollout_prompts_fit_the_kv_cache_in_free_hbm(monkeypatch):
     monkeypatch.setattr(memory, "free_hbm_bytes", lambda: int(3 * 8 * per_seq / memory.ROLLOUT_SHARE) + 1)
     assert memory.rollout_prompts(16, 8, 8, 1024, model) == 2  # 3 fit; the largest divisor of 16 is 2
     assert memory.rollout_prompts(16, 2, 8, 1024, model) is None  # the micro-batch itself fits
+    # the segmented decode's peak (the whole cache and a piece's copy) counted: 3 / 1.5 = 2 prompts fit
+    assert memory.rollout_prompts(16, 8, 8, 1024, model, cache_factor=1.5) == 2
+    assert memory.rollout_prompts(16, 8, 8, 1024, model, cache_factor=1.6) == 1

@@ -22,8 +22,6 @@
   unset chosen from the chip's free HBM once the training state exists (``packing.accumulate``).
 * ``rollout_prompts``: prompts per call of the JAX sampler, so its KV cache fits beside the training
   state (Tunix's ``rollout_micro_batch_size``; the same tokens, drawn in several calls).
-* ``decode_without_cache_copies``: on a TPU, the sampler's decode loop compiled so that XLA does not
-  write each layer's whole KV cache back to HBM every decoded token (``DECODE_COMPILER_OPTIONS``).
 
 Imports JAX, Flax and Tunix: only from ``tunix_bridge``.
 """
@@ -47,28 +45,6 @@ BUDGET_SHARE = 0.5
 # Share of the free HBM the sampler's KV cache may take (Tunix can sample the next micro-batch while
 # the current one trains, so the two shares add up to less than the whole).
 ROLLOUT_SHARE = 0.4
-
-
-# XLA TPU's memory space assignment otherwise moves each layer's key (or value) cache, 64 MiB at 32
-# sequences x 1,024 positions, into the chip's fast on-core memory for the attention that reads it, and
-# after the one-token dynamic_update_slice copies all of it back: 28 copies of the cache per decode step
-# of Qwen3-0.6B (Tunix's decode compiled for v5e; copy-done was 28% of a decode step in the chip's
-# profile, docs/tpu.md). A use touching less of a buffer than this ratio of its size (the update
-# writes 1/1,024 of it) no longer earns that placement: no such copy is left (bench/tpu_aot.py).
-DECODE_COMPILER_OPTIONS: dict[str, Any] = {"xla_tpu_msa_inefficient_use_to_copy_ratio": 1.0}
-
-
-def decode_without_cache_copies(cluster: Any) -> bool:
-    """Recompile the vanilla sampler's decode loop with ``DECODE_COMPILER_OPTIONS`` on a TPU (the same
-    program and donation as Tunix's, other buffer placement; the options are TPU compiler flags, so
-    nothing changes elsewhere). True if it did."""
-    sampler = getattr(getattr(cluster, "rollout", None), "_sampler", None)
-    if jax.default_backend() != "tpu" or not DECODE_COMPILER_OPTIONS or sampler is None:
-        return False
-    sampler._compiled_decode_fn = jax.jit(
-        sampler._decode_fn, donate_argnums=(1,), compiler_options=DECODE_COMPILER_OPTIONS
-    )
-    return True
 
 
 def drop_anchor_copy(cluster: Any) -> None:
@@ -184,9 +160,12 @@ def kv_bytes_per_sequence(config: Any, tokens: int, dtype_bytes: int = 2) -> int
     return tokens * layers * 2 * heads * dim * dtype_bytes
 
 
-def rollout_prompts(batch: int, micro: int, generations: int, tokens: int, model: Any) -> int | None:
+def rollout_prompts(
+    batch: int, micro: int, generations: int, tokens: int, model: Any, cache_factor: float = 1.0
+) -> int | None:
     """The most prompts per sampler call (a divisor of ``batch``, as Tunix requires, at most the train
-    micro-batch ``micro``, Tunix's default) whose ``generations`` sequences' KV cache of ``tokens`` fits
+    micro-batch ``micro``, Tunix's default) whose ``generations`` sequences' KV cache of ``tokens``, times
+    ``cache_factor`` (the decode loop's peak over one cache, ``decode.peak_cache_factor``), fits
     ``ROLLOUT_SHARE`` of the free HBM; None where ``micro`` fits or the backend reports no memory (CPU).
 
     Each call draws with its own seed (``tunix_bridge``: from seed, step and call), so a chunked step
@@ -196,15 +175,15 @@ def rollout_prompts(batch: int, micro: int, generations: int, tokens: int, model
     free, per_seq = free_hbm_bytes(), kv_bytes_per_sequence(config, tokens, dtype_bytes)
     if free is None or per_seq is None:
         return None
-    fits = int(ROLLOUT_SHARE * free) // (per_seq * generations)
+    fits = int(ROLLOUT_SHARE * free / cache_factor) // (per_seq * generations)
     best = max([d for d in range(1, micro + 1) if batch % d == 0 and d <= fits], default=1)
     if best >= micro:
         return None
     log.info(
-        "rollout: %d of %d prompts per sampler call (KV cache %.2f GiB a call, %.2f GiB free)",
+        "rollout: %d of %d prompts per sampler call (KV cache %.2f GiB a call at its peak, %.2f GiB free)",
         best,
         batch,
-        best * generations * per_seq / 2**30,
+        best * generations * per_seq * cache_factor / 2**30,
         free / 2**30,
     )
     return best

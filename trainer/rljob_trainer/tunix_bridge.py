@@ -40,7 +40,7 @@ from tunix.rl.grpo import grpo_learner
 from tunix.rl.rollout import base_rollout
 
 from rljob.api.spec import RLJobSpec
-from rljob_trainer import memory, rollout
+from rljob_trainer import decode, memory, rollout
 from rljob_trainer.instrument import Instrumented
 from rljob_trainer.models import families as models
 from rljob_trainer.telemetry.progress import StepRecorder
@@ -314,11 +314,11 @@ def build(
     )
     memory.drop_anchor_copy(cluster)  # memory levers that change no number (memory.py)
     memory.donate_model_in_train_step(cluster.actor_trainer)
-    memory.decode_without_cache_copies(cluster)
-    if spec.rollout.engine == "vanilla":  # vLLM sizes its own cache (spec.rollout.hbmUtilization)
-        g = spec.grpo
+    if decode.install(cluster):  # the JAX sampler's decode loop (vLLM sizes its own cache)
+        g, n = spec.grpo, lengths(spec)
         micro = g.microBatchSize or g.miniBatchSize or g.batchSize
-        prompts = memory.rollout_prompts(g.batchSize, micro, g.numGenerations, lengths(spec).total, actor)
+        factor = decode.peak_cache_factor(n.prompt, n.total)
+        prompts = memory.rollout_prompts(g.batchSize, micro, g.numGenerations, n.total, actor, factor)
         cluster.cluster_config.training_config.rollout_micro_batch_size = prompts
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())

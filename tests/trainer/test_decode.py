@@ -1,0 +1,60 @@
+"""The sampler's decode loop in segments (``rljob_trainer.decode``) samples what Tunix's own loop samples.
+
+Each family's tiny model through its real ``RLCluster`` vanilla rollout (Tunix's ``Sampler``), prompts of
+different lengths (left padding), top-p sampling with a seed, completions long enough to cross every
+segment: the tokens must be Tunix's and their log-probs equal within float32 rounding (Tunix returns
+logits only for models with ``num_embed``, which Qwen3 lacks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rljob_trainer import decode
+from rljob_trainer.packing.testing import EOS_ID, FAMILIES, PAD_ID, tiny_cluster
+
+PROMPTS = ["a", "bcdefg", "hij klm nop", "q"]  # the tiny tokenizer: one id a character
+MAX_PROMPT, MAX_COMPLETION = 16, 40
+
+
+def test_segment_ends_split_the_completion_evenly() -> None:
+    assert decode.segment_ends(256, 1024, 4) == [448, 640, 832, 1024]
+    assert decode.segment_ends(256, 1024, segments=1) == [1024]
+    assert decode.segment_ends(10, 12, 4) == [11, 12]  # no empty piece
+    assert decode.segment_ends(100, 101, 4) == [101]
+    assert decode.segment_ends(256, 1024) == [1024]  # decode.SEGMENTS: off by default
+    assert decode.peak_cache_factor(256, 1024, 4) == pytest.approx(1 + 832 / 1024)
+    assert decode.peak_cache_factor(100, 101, 4) == decode.peak_cache_factor(256, 1024) == 1
+
+
+def sample(cluster: object) -> dict[str, np.ndarray]:
+    sampler = cluster.rollout._sampler
+    out = sampler(
+        input_strings=PROMPTS * 2,
+        max_generation_steps=MAX_COMPLETION,
+        max_prompt_length=MAX_PROMPT,
+        temperature=0.9,
+        top_p=0.95,
+        seed=7,
+        eos_tokens=[EOS_ID, PAD_ID],
+        return_logprobs=True,
+        pad_output=True,
+    )
+    return {
+        "tokens": np.stack([np.asarray(t) for t in out.tokens]),
+        "logprobs": np.stack([np.asarray(x) for x in out.logprobs]),
+    }
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_segmented_decode_samples_tunix_s_tokens(family: str) -> None:
+    cluster = tiny_cluster(family, max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
+    size = cluster.rollout._sampler.cache_config.cache_size
+    assert decode.segment_ends(MAX_PROMPT, size, 4) == [26, 36, 46, 56]  # three pieces shorter than the cache
+    tunix = sample(cluster)
+    assert decode.install(cluster, segments=4)
+    ours = sample(cluster)
+    lengths = (tunix["tokens"] != PAD_ID).sum(axis=1)
+    assert lengths.max() > 30, lengths  # some completion reaches the last piece
+    np.testing.assert_array_equal(ours["tokens"], tunix["tokens"])
+    np.testing.assert_allclose(ours["logprobs"], tunix["logprobs"], atol=1e-5)

@@ -1,0 +1,136 @@
+"""The JAX sampler's decode loop (Tunix's ``Sampler``, ``rollout.engine: vanilla``) as rljob compiles it.
+
+Tunix decodes every sequence of a sampler call in lockstep: at decode step ``t`` (a cache position) only
+the positions before ``t`` can hold keys and values, yet each step's attention reads the whole cache,
+``prompt + completion`` positions, and masks the rest. At 32 sequences x 1,024 positions the cache of
+Qwen3-0.6B is 3.76 GB in bf16, three times the weights every step also reads, so the cache decides how
+fast decoding can be (issue 41).
+
+* **In segments** (``segmented_decode``): the same loop, run in ``SEGMENTS`` pieces; piece ``j`` attends
+  the cache's first ``ends[j]`` positions only (``segment_ends``: equal pieces from the prompt to the end).
+  Each piece works on a copy of that prefix, written back into the whole cache when it ends; the last
+  piece works on the whole cache itself. The mask over the positions a piece keeps is Tunix's own, and
+  Tunix draws each token with the seed folded with its position, so the tokens are the same as Tunix's
+  loop gives, up to the order of the attention's sums. With 4 pieces from a 256-token prompt to 1,024
+  positions, a decode step reads 736 positions on average instead of 1,024 (-28% of the cache's
+  bytes); the price is one copy of a prefix per piece and, while a piece runs, that copy beside the
+  whole cache (at most 3/4 of it more, ``peak_cache_factor``).
+* **Without whole-cache copies** (``DECODE_COMPILER_OPTIONS``, TPU only): see below.
+
+``install`` puts both on a cluster's sampler (``tunix_bridge.build``), on every backend (the options only
+on a TPU), so CPU runs and tests decode as the chip does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from tunix.generate import sampler as sampler_lib
+
+# Pieces of the decode loop (see the module docstring); 1 is Tunix's loop over the whole cache. Not on by
+# default: compiled for v5e (bench/tpu_aot.py, 32 sequences x 1,024 positions) four pieces read 28% less
+# of the cache a step but need 2.36 GB more HBM at their peak, which halves the sampler call wherever its
+# cache fills HBM (the v5e example's batch) and then costs more weight reads than it saves. Where the cache
+# leaves room (2 x 8 at 768 positions) the chip has yet to say whether it pays (``bench/tpu.py
+# --decode-segments 4``).
+SEGMENTS = 1
+
+# XLA TPU's memory space assignment otherwise moves each layer's key (or value) cache, 64 MiB at 32
+# sequences x 1,024 positions, into the chip's fast on-core memory for the attention that reads it, and
+# after the one-token dynamic_update_slice copies all of it back: 28 copies of the cache per decode step
+# of Qwen3-0.6B (Tunix's decode compiled for v5e; copy-done was 28% of a decode step in the chip's
+# profile, docs/tpu.md). A use touching less of a buffer than this ratio of its size (the update
+# writes 1/1,024 of it) no longer earns that placement: no such copy is left (bench/tpu_aot.py).
+DECODE_COMPILER_OPTIONS: dict[str, Any] = {"xla_tpu_msa_inefficient_use_to_copy_ratio": 1.0}
+
+
+def segment_ends(prompt: int, cache_size: int, segments: int | None = None) -> list[int]:
+    """The cache lengths the pieces attend, ascending, the last ``cache_size``: ``segments`` equal steps
+    from ``prompt`` (the padded prompt; the first decoded token goes to that position) to ``cache_size``,
+    fewer where they would be empty (``segments`` unset: ``SEGMENTS``, read at the call)."""
+    segments = SEGMENTS if segments is None else segments
+    span = cache_size - prompt
+    ends = {prompt + -(-span * k // segments) for k in range(1, segments)}
+    return [*sorted(e for e in ends if prompt < e < cache_size), cache_size]
+
+
+def peak_cache_factor(prompt: int, cache_size: int, segments: int | None = None) -> float:
+    """The decode loop's largest KV cache over Tunix's: the whole cache plus the largest piece's copy."""
+    ends = segment_ends(prompt, cache_size, segments)
+    return 1 + (ends[-2] / cache_size if len(ends) > 1 else 0)
+
+
+class _Window:
+    """Tunix's sampler seen with a cache of ``size`` positions (its ``_sample_step`` reads the cache size
+    from ``cache_config`` to build the step's attention mask); everything else is the sampler's."""
+
+    def __init__(self, sampler: sampler_lib.Sampler, size: int) -> None:
+        self._sampler = sampler
+        self.cache_config = dataclasses.replace(sampler.cache_config, cache_size=size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sampler, name)
+
+
+def _prefix(cache: dict[str, Any], size: int) -> dict[str, Any]:
+    """A copy of every layer's first ``size`` key and value positions (``end_index`` kept)."""
+    return {
+        name: {**layer, "k": layer["k"][:, :size], "v": layer["v"][:, :size]} for name, layer in cache.items()
+    }
+
+
+def _write_back(cache: dict[str, Any], prefix: dict[str, Any]) -> dict[str, Any]:
+    """``cache`` with each layer's first positions replaced by ``prefix``'s (in place once donated)."""
+    start = (0, 0, 0, 0)
+    return {
+        name: {
+            **prefix[name],
+            "k": jax.lax.dynamic_update_slice(layer["k"], prefix[name]["k"], start),
+            "v": jax.lax.dynamic_update_slice(layer["v"], prefix[name]["v"], start),
+        }
+        for name, layer in cache.items()
+    }
+
+
+def segmented_decode(
+    sampler: sampler_lib.Sampler, params: Any, state: Any, segments: int | None = None
+) -> Any:
+    """Tunix's ``Sampler._decode_fn`` (same arguments, same result) in pieces that attend only the cache
+    positions they can have filled. Beam search (which reorders the cache) runs Tunix's own loop."""
+    size = sampler.cache_config.cache_size
+    segments = SEGMENTS if segments is None else segments
+    if state.sampling_mode == "beam_search" or segments <= 1:
+        return sampler._decode_fn(params, state)
+    whole = state.cache
+    prompt = int(state.num_input_tokens)  # a concrete array, static in the state's tree: a Python int
+    for end in segment_ends(prompt, size, segments):
+        window = _Window(sampler, end)
+        state = dataclasses.replace(state, cache=whole if end == size else _prefix(whole, end))
+
+        def keep_going(s: Any, end: int = end) -> jax.Array:
+            return (s.decoding_step < end) & (s.decoding_step < s.total_sampling_steps) & jnp.any(~s.done)
+
+        def step(s: Any, window: _Window = window) -> Any:
+            return sampler_lib.Sampler._sample_step(window, params, s)
+
+        state = jax.lax.while_loop(keep_going, step, state)
+        if end < size:
+            whole = _write_back(whole, state.cache)
+    return state
+
+
+def install(cluster: Any, segments: int | None = None) -> bool:
+    """Compile the cluster's JAX sampler's decode loop as ``segmented_decode`` (and, on a TPU, with
+    ``DECODE_COMPILER_OPTIONS``), donating the sampling state as Tunix does. False where the rollout has
+    no JAX sampler (vLLM)."""
+    sampler = getattr(getattr(cluster, "rollout", None), "_sampler", None)
+    if not isinstance(sampler, sampler_lib.Sampler):  # vLLM's rollout has its own
+        return False
+    options = DECODE_COMPILER_OPTIONS if jax.default_backend() == "tpu" else {}
+    decode = functools.partial(segmented_decode, sampler, segments=segments)
+    sampler._compiled_decode_fn = jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
+    return True
