@@ -5,12 +5,12 @@ It lives in the chart beside what it generates (``files/rljob-dashboard.json``, 
 ``charts/`` out) and the chart's package leaves it out (``.helmignore``: ``*.py``). Import it as
 ``charts.rljob.dashboard`` with the repository root, ``operator/`` and ``trainer/`` on the path.
 
-Why code and not a hand-edited JSON: metric names come from ``metrics.py`` constants, and a test checks
+Why code and not a hand-edited JSON: metric names come from the trainer's ``names.py`` and the operator's ``metrics.py`` constants, and a test checks
 the checked-in ``charts/rljob/files/rljob-dashboard.json`` equals ``build()``, so a renamed metric
 cannot leave a dead panel behind. Plain dicts rather than grafana-foundation-sdk: a dozen panels do not
 justify a dependency.
 
-Trainer panels read ``rljob_trainer.telemetry.metrics``, operator panels ``rljob_operator.metrics``: this
+Trainer panels read ``rljob_trainer.telemetry.names``, operator panels ``rljob_operator.metrics``: this
 module is a build-time generator (never imported by a running trainer or operator), so it may name both
 components' metrics without making either package import the other.
 
@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from rljob_operator import metrics as om
-from rljob_trainer.telemetry import metrics as m
+from rljob_trainer.telemetry import names as m
 
 UID = "rljob-trainer"
 TITLE = "rljob / GRPO training"

@@ -40,7 +40,10 @@ def aot(*args: str) -> list[dict]:
 def test_decode_on_v5e_writes_no_whole_cache_back_each_step() -> None:
     rows = {r["arm"]: r for r in aot("decode")}
     assert rows["tunix"]["whole_cache_copies_per_step"] == 28, rows  # one per layer: Tunix's jit
-    assert rows["rljob"]["whole_cache_copies_per_step"] == 0, rows  # memory.DECODE_COMPILER_OPTIONS
+    assert rows["rljob"]["whole_cache_copies_per_step"] == 0, rows  # decode.DECODE_COMPILER_OPTIONS
+    # four pieces (decode.segmented_decode): a piece's copy of the cache beside the whole one, the price
+    # that keeps them off by default (decode.SEGMENTS)
+    assert rows["segments4"]["temp_bytes"] > rows["rljob"]["temp_bytes"] + 2 * GIB, rows
 
 
 def test_tunix_train_step_needs_what_the_chip_refused() -> None:

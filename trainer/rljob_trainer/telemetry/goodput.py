@@ -1,7 +1,7 @@
 """Goodput accounting: a trainer process's wall time split into kinds. Pure Python (no JAX, no Prometheus):
 the arithmetic and the per-process ``Ledger``; ``metrics.py`` adds the seconds to its counters.
 
-Goodput = productive step seconds / wall seconds. The metrics (``metrics.TIME_SECONDS``, a counter per
+Goodput = productive step seconds / wall seconds. The metrics (``names.TIME_SECONDS``, a counter per
 kind) make ``rate(rljob_trainer_time_seconds_total{kind="productive_step"}[w])`` the goodput over the
 window ``w`` directly (seconds per second), and the other kinds the badput by cause. Time when no trainer
 process runs at all (a pod being rescheduled after a preemption) adds to no counter, so it lowers the

@@ -1,11 +1,7 @@
-"""The trainer's Prometheus metrics: every metric name the trainer exports is defined in this one module.
+"""The trainer's Prometheus metrics: the registry and what updates it. The names are ``names.py``'s (one
+module, which the alert rules and the dashboard also read; a test checks all three agree).
 
-Why one module: the alert rules (``charts/rljob/files/rljob-alerts.rules.yaml``) and the dashboard
-(``dashboard.py``) name these series, and a test reads the names from ``TrainerMetrics().registry`` so
-the three cannot drift apart.
-
-Conventions (see docs/observability.md): prefix ``rljob_trainer_``, base units (seconds, tokens),
-counters end in ``_total``, metadata in ``rljob_trainer_build_info``. Every series carries
+Every series carries
 ``rljob`` (the RLJob's name) and ``process`` (the JAX process index): every host serves its own
 ``/metrics``, so a single stuck host shows up as one stale ``last_step_timestamp``.
 
@@ -34,65 +30,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rljob_trainer.telemetry import goodput
+from rljob_trainer.telemetry import goodput, names
 from rljob_trainer.telemetry.flops import StepFlops
 from rljob_trainer.telemetry.progress import StepReport
-
-PREFIX = "rljob_trainer_"
-STEP_DURATION = "rljob_trainer_step_duration_seconds"
-PHASE_DURATION = "rljob_trainer_phase_duration_seconds"
-STEPS = "rljob_trainer_steps_total"
-GLOBAL_STEP = "rljob_trainer_global_step"
-MAX_STEPS = "rljob_trainer_max_steps"
-LAST_STEP_TIMESTAMP = "rljob_trainer_last_step_timestamp_seconds"
-STEP_TIME_BASELINE = "rljob_trainer_step_time_baseline_seconds"
-STALL_THRESHOLD = "rljob_trainer_stall_threshold_seconds"
-FIRST_STEP_GRACE = "rljob_trainer_first_step_grace_seconds"
-LAST_STEP_DURATION = "rljob_trainer_last_step_duration_seconds"
-CAPACITY_TOKENS = "rljob_trainer_packing_capacity_tokens_total"
-PADDING_TOKENS = "rljob_trainer_packing_padding_tokens_total"
-TOKENS = "rljob_trainer_tokens_total"
-TOKENS_PER_SECOND = "rljob_trainer_tokens_per_second"
-REWARD_MEAN = "rljob_trainer_reward_mean"
-REWARD_MIN = "rljob_trainer_reward_min"
-REWARD_MAX = "rljob_trainer_reward_max"
-CHECKPOINT_SAVE_DURATION = "rljob_trainer_checkpoint_save_duration_seconds"
-CHECKPOINT_LAST_STEP = "rljob_trainer_checkpoint_last_step"
-RESUMED_STEP = "rljob_trainer_resumed_step"
-BUILD_INFO = "rljob_trainer_build_info"
-MODEL_FLOPS_PER_TOKEN = "rljob_trainer_model_flops_per_token"
-MODEL_FLOPS = "rljob_trainer_model_flops_total"
-CHIPS = "rljob_trainer_chips"
-PEAK_FLOPS = "rljob_trainer_peak_flops_per_second_per_chip"
-MFU = "rljob_trainer_mfu_ratio"
-TOKENS_PER_SECOND_PER_CHIP = "rljob_trainer_tokens_per_second_per_chip"
-ROLLOUT_TOKENS_PER_SECOND = "rljob_trainer_rollout_tokens_per_second"
-TIME_SECONDS = "rljob_trainer_time_seconds_total"
-COMPILATIONS = "rljob_trainer_compilations_total"
-COMPILE_SECONDS = "rljob_trainer_compile_seconds_total"
-HBM_IN_USE = "rljob_trainer_hbm_bytes_in_use"
-HBM_PEAK = "rljob_trainer_hbm_peak_bytes"
-COMPILE_OUTSIDE_PHASES = "startup"
-"""The ``phase`` label of compiles outside every step phase (model and optimizer set-up, the first step's
-preparation)."""
-
-STEP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
-"""0.1 s to 10 min: prometheus-client's default buckets stop at 10 s, far too short for RL steps."""
-
-PHASE_LABELS = {
-    "rollout": "rollout",
-    "reference": "ref_inference",
-    "old_logps": "old_logps",
-    "train": "actor_train",
-    "weight_sync": "weight_sync",
-}
-"""progress.PHASES -> the ``phase`` label (Tunix's perf names: rollout, ref_inference, actor_train, ...)."""
-
-DEFAULT_STALL_THRESHOLD_SECONDS = 1800.0
-"""spec.metrics.stallThresholdSeconds's default: the minimum; the exported threshold grows to cover the
-longest steady step twice plus the longest checkpoint save."""
-DEFAULT_FIRST_STEP_GRACE_SECONDS = 3600.0
-"""spec.metrics.firstStepGraceSeconds's default."""
 
 
 def versions() -> dict[str, str]:
@@ -131,8 +71,8 @@ class TrainerMetrics:
         process: int = 0,
         baseline_seconds: float | None = None,
         max_steps: int = 0,
-        stall_threshold_seconds: float = DEFAULT_STALL_THRESHOLD_SECONDS,
-        first_step_grace_seconds: float = DEFAULT_FIRST_STEP_GRACE_SECONDS,
+        stall_threshold_seconds: float = names.DEFAULT_STALL_THRESHOLD_SECONDS,
+        first_step_grace_seconds: float = names.DEFAULT_FIRST_STEP_GRACE_SECONDS,
         step_flops: StepFlops | None = None,
         process_start: float | None = None,
         registry: CollectorRegistry | None = None,
@@ -142,42 +82,42 @@ class TrainerMetrics:
         base = ["rljob", "process"]
         self._labels = {"rljob": rljob, "process": str(process)}
         self.step_duration = Histogram(
-            STEP_DURATION,
+            names.STEP_DURATION,
             "Wall time of one global step (rollout to weight sync); compiled=true when XLA "
             "compiled during the step.",
             [*base, "compiled"],
-            buckets=STEP_BUCKETS,
+            buckets=names.STEP_BUCKETS,
             registry=r,
         )
         self.phase_duration = Histogram(
-            PHASE_DURATION,
+            names.PHASE_DURATION,
             "Wall time of one phase of a global step.",
             [*base, "phase"],
-            buckets=STEP_BUCKETS,
+            buckets=names.STEP_BUCKETS,
             registry=r,
         )
         self.steps = Counter(
-            STEPS, "Global steps completed by this process since it started.", base, registry=r
+            names.STEPS, "Global steps completed by this process since it started.", base, registry=r
         )
         self.global_step = Gauge(
-            GLOBAL_STEP, "Last completed global step (continues across resumes).", base, registry=r
+            names.GLOBAL_STEP, "Last completed global step (continues across resumes).", base, registry=r
         )
-        self.max_steps = Gauge(MAX_STEPS, "spec.grpo.maxSteps.", base, registry=r)
+        self.max_steps = Gauge(names.MAX_STEPS, "spec.grpo.maxSteps.", base, registry=r)
         self.last_step = Gauge(
-            LAST_STEP_TIMESTAMP,
+            names.LAST_STEP_TIMESTAMP,
             "Unix time the last global step completed (the "
             "process start time until the first step completes).",
             base,
             registry=r,
         )
         self.baseline = Gauge(
-            STEP_TIME_BASELINE,
+            names.STEP_TIME_BASELINE,
             "spec.metrics.stepTimeBaselineSeconds (expected seconds per global step); absent when unset.",
             base,
             registry=r,
         )
         self.stall_threshold = Gauge(
-            STALL_THRESHOLD,
+            names.STALL_THRESHOLD,
             "Seconds without a step after which training counts as stalled: "
             "spec.metrics.stallThresholdSeconds or twice the longest steady step plus the longest "
             "checkpoint save seen, whichever is larger.",
@@ -185,61 +125,66 @@ class TrainerMetrics:
             registry=r,
         )
         self.first_step_grace = Gauge(
-            FIRST_STEP_GRACE,
+            names.FIRST_STEP_GRACE,
             "spec.metrics.firstStepGraceSeconds: how long this process may take for its first step "
             "(compiles) before it counts as stalled.",
             base,
             registry=r,
         )
         self.last_step_duration = Gauge(
-            LAST_STEP_DURATION,
+            names.LAST_STEP_DURATION,
             "Wall time of the last global step (shown where a rate window holds no step).",
             base,
             registry=r,
         )
         self.capacity_tokens = Counter(
-            CAPACITY_TOKENS,
+            names.CAPACITY_TOKENS,
             "Token slots the actor computed over (rows x row length).",
             [*base, "packed"],
             registry=r,
         )
         self.padding_tokens = Counter(
-            PADDING_TOKENS, "Token slots that held padding, not real tokens.", [*base, "packed"], registry=r
+            names.PADDING_TOKENS,
+            "Token slots that held padding, not real tokens.",
+            [*base, "packed"],
+            registry=r,
         )
         self.tokens = Counter(
-            TOKENS, "Real (prompt + completion) tokens the actor trained on.", base, registry=r
+            names.TOKENS, "Real (prompt + completion) tokens the actor trained on.", base, registry=r
         )
         self.tokens_per_second = Gauge(
-            TOKENS_PER_SECOND, "Real tokens trained on per second of the last step.", base, registry=r
+            names.TOKENS_PER_SECOND, "Real tokens trained on per second of the last step.", base, registry=r
         )
         self.rollout_tokens = Gauge(
-            ROLLOUT_TOKENS_PER_SECOND,
+            names.ROLLOUT_TOKENS_PER_SECOND,
             "Completion tokens sampled / rollout seconds, last step.",
             base,
             registry=r,
         )
-        self.reward_mean = Gauge(REWARD_MEAN, "Mean reward of the last step's completions.", base, registry=r)
+        self.reward_mean = Gauge(
+            names.REWARD_MEAN, "Mean reward of the last step's completions.", base, registry=r
+        )
         self.reward_min = Gauge(
-            REWARD_MIN, "Minimum reward of the last step's completions.", base, registry=r
+            names.REWARD_MIN, "Minimum reward of the last step's completions.", base, registry=r
         )
         self.reward_max = Gauge(
-            REWARD_MAX, "Maximum reward of the last step's completions.", base, registry=r
+            names.REWARD_MAX, "Maximum reward of the last step's completions.", base, registry=r
         )
         self.checkpoint_save = Histogram(
-            CHECKPOINT_SAVE_DURATION,
+            names.CHECKPOINT_SAVE_DURATION,
             "Wall time the training loop paused to save a checkpoint.",
             base,
-            buckets=STEP_BUCKETS,
+            buckets=names.STEP_BUCKETS,
             registry=r,
         )
         self.checkpoint_last_step = Gauge(
-            CHECKPOINT_LAST_STEP, "Global step of the last saved checkpoint.", base, registry=r
+            names.CHECKPOINT_LAST_STEP, "Global step of the last saved checkpoint.", base, registry=r
         )
         self.resumed_step = Gauge(
-            RESUMED_STEP, "Global step this process resumed from (0: fresh start).", base, registry=r
+            names.RESUMED_STEP, "Global step this process resumed from (0: fresh start).", base, registry=r
         )
         self.build_info = Gauge(
-            BUILD_INFO, "Versions of the trainer's stack (value 1).", [*base, *versions()], registry=r
+            names.BUILD_INFO, "Versions of the trainer's stack (value 1).", [*base, *versions()], registry=r
         )
         self._init_throughput(base, step_flops)
 
@@ -265,47 +210,49 @@ class TrainerMetrics:
         """The throughput and goodput series (see flops.py and goodput.py for what they count)."""
         r, lb, self._flops = self.registry, self._labels, step_flops
         self.flops_per_token = Gauge(
-            MODEL_FLOPS_PER_TOKEN,
+            names.MODEL_FLOPS_PER_TOKEN,
             "Model FLOPs of one token: pass=forward 2N + 4LHQT, pass=train 6N + 12LHQT (PaLM's "
             "accounting, T = spec.maxTargetLength; see flops.py).",
             [*base, "pass"],
             registry=r,
         )
         self.model_flops = Counter(
-            MODEL_FLOPS,
+            names.MODEL_FLOPS,
             "Model FLOPs of completed steps by phase: real tokens x per-token FLOPs of the passes the "
             "phase ran (rollout, ref_inference and old_logps forward; actor_train numIterations x train).",
             [*base, "phase"],
             registry=r,
         )
-        self.chips = Gauge(CHIPS, "Accelerator devices the job computes on (all hosts).", base, registry=r)
+        self.chips = Gauge(
+            names.CHIPS, "Accelerator devices the job computes on (all hosts).", base, registry=r
+        )
         self.hbm_in_use = Gauge(
-            HBM_IN_USE,
+            names.HBM_IN_USE,
             "Accelerator memory in use on this host's first chip at the end of the phase's last run "
             "(absent where the backend reports no memory statistics, as on CPU).",
             [*base, "phase"],
             registry=r,
         )
         self.hbm_peak = Gauge(
-            HBM_PEAK,
+            names.HBM_PEAK,
             "The runtime's peak accelerator memory in use since the process started, read at the end of "
             "the phase: the first phase of a step whose value reaches the step's highest set that peak.",
             [*base, "phase"],
             registry=r,
         )
         peak = "Peak bf16 FLOP/s of one chip of spec.tpu.accelerator (Cloud TPU docs); absent off TPU."
-        self.peak_flops = Gauge(PEAK_FLOPS, peak, base, registry=r)
+        self.peak_flops = Gauge(names.PEAK_FLOPS, peak, base, registry=r)
         self.mfu = Gauge(
-            MFU,
+            names.MFU,
             "Model FLOPs utilization of the last step: its model FLOPs / (step seconds x chips x peak); "
             "absent off TPU.",
             base,
             registry=r,
         )
         per_chip = "Real tokens trained on per second of the last step, per chip."
-        self.tokens_per_chip = Gauge(TOKENS_PER_SECOND_PER_CHIP, per_chip, base, registry=r)
+        self.tokens_per_chip = Gauge(names.TOKENS_PER_SECOND_PER_CHIP, per_chip, base, registry=r)
         self.time_seconds = Counter(
-            TIME_SECONDS,
+            names.TIME_SECONDS,
             "Wall time of this process by kind (productive_step, compile, rollout_idle, checkpoint_save, "
             "checkpoint_restore, startup, restart; see goodput.py). Goodput = rate of productive_step.",
             [*base, "kind"],
@@ -314,14 +261,14 @@ class TrainerMetrics:
         for kind in goodput.KINDS:  # from 0, so a rate over the first window sees every kind
             self.time_seconds.labels(**lb, kind=kind)
         self.compilations = Counter(
-            COMPILATIONS,
+            names.COMPILATIONS,
             "XLA programs this process compiled (not loaded from the persistent compilation cache), by the "
-            f"phase that compiled them ({COMPILE_OUTSIDE_PHASES}: outside every step phase).",
+            f"phase that compiled them ({names.COMPILE_OUTSIDE_PHASES}: outside every step phase).",
             [*base, "phase"],
             registry=r,
         )
         self.compile_seconds = Counter(
-            COMPILE_SECONDS,
+            names.COMPILE_SECONDS,
             "Seconds of XLA compilation in this process, by phase (their sum is time_seconds_total{kind=compile}).",
             [*base, "phase"],
             registry=r,
@@ -341,7 +288,7 @@ class TrainerMetrics:
             self.time_seconds.labels(**self._labels, kind="compile").inc(duration_secs)
             self._ledger.compiled(duration_secs)
             active = self.active_phase()  # JAX calls listeners in the compiling thread
-            phase = PHASE_LABELS.get(active, active) if active else COMPILE_OUTSIDE_PHASES
+            phase = names.PHASE_LABELS.get(active, active) if active else names.COMPILE_OUTSIDE_PHASES
             self.compilations.labels(**self._labels, phase=phase).inc()
             self.compile_seconds.labels(**self._labels, phase=phase).inc(duration_secs)
 
@@ -375,10 +322,10 @@ class TrainerMetrics:
         self._throughput(r)
         self.step_duration.labels(**lb, compiled=str(compiled).lower()).observe(r.seconds)
         for name, secs in r.phase_seconds.items():
-            self.phase_duration.labels(**lb, phase=PHASE_LABELS.get(name, name)).observe(secs)
+            self.phase_duration.labels(**lb, phase=names.PHASE_LABELS.get(name, name)).observe(secs)
         for name, (in_use, peak) in r.phase_hbm.items():
-            self.hbm_in_use.labels(**lb, phase=PHASE_LABELS.get(name, name)).set(in_use)
-            self.hbm_peak.labels(**lb, phase=PHASE_LABELS.get(name, name)).set(peak)
+            self.hbm_in_use.labels(**lb, phase=names.PHASE_LABELS.get(name, name)).set(in_use)
+            self.hbm_peak.labels(**lb, phase=names.PHASE_LABELS.get(name, name)).set(peak)
         packed = str(r.packed).lower()
         self.capacity_tokens.labels(**lb, packed=packed).inc(r.slot_tokens)
         self.padding_tokens.labels(**lb, packed=packed).inc(max(0, r.padding_tokens))
@@ -400,13 +347,13 @@ class TrainerMetrics:
         self.last_step.labels(**lb).set(time.time())
 
     def _throughput(self, r: StepReport) -> None:
-        """Model FLOPs by phase, MFU and tokens per second per chip of one step."""
+        """Model FLOPs by phase, names.MFU and tokens per second per chip of one step."""
         if self._flops is None:
             return
         lb, f = self._labels, self._flops
         by_phase = f.by_phase(r.phase_seconds, r.real_tokens)
         for name, flops in by_phase.items():
-            self.model_flops.labels(**lb, phase=PHASE_LABELS.get(name, name)).inc(flops)
+            self.model_flops.labels(**lb, phase=names.PHASE_LABELS.get(name, name)).inc(flops)
         if (per_chip := f.tokens_per_chip(r.real_tokens, r.seconds)) is not None:
             self.tokens_per_chip.labels(**lb).set(per_chip)
         if (mfu := f.mfu(sum(by_phase.values()), r.seconds)) is not None:
