@@ -14,11 +14,11 @@ fast decoding can be (issue 41).
   loop gives, up to the order of the attention's sums. With 4 pieces from a 256-token prompt to 1,024
   positions, a decode step reads 736 positions on average instead of 1,024 (-28% of the cache's
   bytes); the price is one copy of a prefix per piece and, while a piece runs, that copy beside the
-  whole cache (at most 3/4 of it more, ``peak_cache_factor``).
+  whole cache (81% more at the peak in that example, ``peak_cache_factor``). Off by default (``SEGMENTS``).
 * **Without whole-cache copies** (``DECODE_COMPILER_OPTIONS``, TPU only): see below.
 
 ``install`` puts both on a cluster's sampler (``tunix_bridge.build``), on every backend (the options only
-on a TPU), so CPU runs and tests decode as the chip does.
+on a TPU; the pieces where ``SEGMENTS`` > 1), so CPU runs and tests decode as the chip does.
 """
 
 from __future__ import annotations
