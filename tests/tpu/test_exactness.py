@@ -1,4 +1,4 @@
-"""The packing exactness tests on the chip: the real splash kernel (not interpret mode), at an explicit
+"""The packing (and decode-in-pieces) exactness tests on the chip: the real splash kernel (not interpret mode), at an explicit
 matmul precision, with the tolerances of tests/trainer/tolerance.py (docs/tpu.md says why each holds).
 
 The test files are the CPU ones, run by a pytest child on the chip (``JAX_DEFAULT_MATMUL_PRECISION=
@@ -22,6 +22,7 @@ FILES = [
     "tests/trainer/test_packing_splash.py",
     "tests/trainer/test_packing_exact.py",
     "tests/trainer/test_packing_head_completions.py",
+    "tests/trainer/test_decode.py",  # the sampler's decode in pieces: Tunix's tokens (issue 41)
 ]
 
 
