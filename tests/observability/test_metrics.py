@@ -32,6 +32,8 @@ def report(step: int, seconds: float = 2.0, packed: bool = False) -> StepReport:
         slot_tokens=100,
         packed=packed,
         generated_tokens=40,
+        sampler_seconds={"prefill": 0.125, "decode": 0.75},
+        decode_steps=30,
         **extra,
     )
 
@@ -131,6 +133,13 @@ def test_throughput_mfu_and_tokens_per_chip() -> None:
     assert value(s, "rljob_trainer_mfu_ratio") == pytest.approx(0.0075)
     assert value(s, "rljob_trainer_tokens_per_second_per_chip") == 75 / 2 / 4
     assert value(s, "rljob_trainer_rollout_tokens_per_second") == 40 / 1.0  # sampled / rollout seconds
+    assert value(s, "rljob_trainer_sampler_seconds_total", part="prefill") == 0.125
+    assert value(s, "rljob_trainer_sampler_seconds_total", part="decode") == 0.75
+    assert value(s, "rljob_trainer_decode_steps_total") == 30
+    tm(report(2))
+    s = samples(tm)
+    assert value(s, "rljob_trainer_sampler_seconds_total", part="decode") == 1.5  # counters: they add up
+    assert value(s, "rljob_trainer_decode_steps_total") == 60
     assert value(s, "rljob_trainer_model_flops_per_token", **{"pass": "train"}) == 300
     assert (
         value(s, "rljob_trainer_chips") == 4

@@ -81,6 +81,10 @@ def test_metrics_during_and_after_a_real_run(tmp_path: Path) -> None:
     assert capacity > 0 and capacity == padding + tokens
     assert value(after, "rljob_trainer_tokens_per_second") > 0
     assert value(after, "rljob_trainer_rollout_tokens_per_second") > 0
+    # the sampler's programs, timed through Tunix's rollout (decode.install in tunix_bridge.build)
+    assert value(after, "rljob_trainer_sampler_seconds_total", part="prefill") > 0
+    assert value(after, "rljob_trainer_sampler_seconds_total", part="decode") > 0
+    assert value(after, "rljob_trainer_decode_steps_total") >= STEPS
     lo, mean, hi = (value(after, f"rljob_trainer_reward_{k}") for k in ("min", "mean", "max"))
     assert 0 <= lo <= mean <= hi <= 1
     assert started <= value(after, "rljob_trainer_last_step_timestamp_seconds") <= time.time()

@@ -58,3 +58,19 @@ def test_segmented_decode_samples_tunix_s_tokens(family: str) -> None:
     assert lengths.max() > 30, lengths  # some completion reaches the last piece
     np.testing.assert_array_equal(ours["tokens"], tunix["tokens"])
     np.testing.assert_allclose(ours["logprobs"], tunix["logprobs"], atol=1e-5)
+
+
+def test_timing_reports_every_prefill_and_decode_call_with_its_iterations() -> None:
+    """``install(timing=)`` (the trainer passes ``StepRecorder.add_sampler_call``): one report per program
+    call, the decode's with the loop's iterations: one a token after the prompt, until every completion
+    has ended or ``max_generation_steps`` ran (the tiny random model never samples EOS here)."""
+    cluster = tiny_cluster("qwen3", max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
+    calls: list[tuple[str, float, int]] = []
+    assert decode.install(cluster, timing=lambda *call: calls.append(call))
+    out = sample(cluster)
+    sample(cluster)
+    assert [c[0] for c in calls] == ["prefill", "decode"] * 2
+    assert all(seconds > 0 for _, seconds, _ in calls)
+    assert calls[0][2] == calls[2][2] == 0  # prefill: no decode iteration
+    assert not (out["tokens"] == EOS_ID).any()  # so the loop ran to its limit
+    assert calls[1][2] == calls[3][2] == MAX_COMPLETION, calls

@@ -16,8 +16,11 @@ fast decoding can be (issue 41).
   bytes); the price is one copy of a prefix per piece and, while a piece runs, that copy beside the
   whole cache (81% more at the peak in that example, ``peak_cache_factor``). Off by default (``SEGMENTS``).
 * **Without whole-cache copies** (``DECODE_COMPILER_OPTIONS``, TPU only): see below.
+* **Timed** (``timed``): each prefill and decode call waited on and reported with its loop iterations,
+  so every step says its decode time per iteration (``rljob_trainer_sampler_seconds_total``,
+  ``rljob_trainer_decode_steps_total``; ``bench/tpu.py``'s ``decode_ms_per_iteration``) without a profile.
 
-``install`` puts both on a cluster's sampler (``tunix_bridge.build``), on every backend (the options only
+``install`` puts them on a cluster's sampler (``tunix_bridge.build``), on every backend (the options only
 on a TPU; the pieces where ``SEGMENTS`` > 1), so CPU runs and tests decode as the chip does.
 """
 
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -123,14 +128,37 @@ def segmented_decode(
     return state
 
 
-def install(cluster: Any, segments: int | None = None) -> bool:
+# (part, seconds, decode iterations): ``progress.StepRecorder.add_sampler_call``
+SamplerTiming = Callable[[str, float, int], None]
+
+
+def timed(program: Callable[..., Any], part: str, timing: SamplerTiming) -> Callable[..., Any]:
+    """``program`` (the sampler's jitted prefill or decode; ``(params, state, ...) -> state``), waited on
+    until its result is ready and reported to ``timing`` with its decode iterations. The wait costs
+    nothing that was not already waited for: the decode program needs the prefill's result, and Tunix
+    copies the decoded tokens to the host right after the decode."""
+
+    def run(params: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
+        first = int(state.decoding_step)  # before the call: the state is donated to it
+        start = time.perf_counter()
+        out = jax.block_until_ready(program(params, state, *args, **kwargs))
+        timing(part, time.perf_counter() - start, int(out.decoding_step) - first if part == "decode" else 0)
+        return out
+
+    return run
+
+
+def install(cluster: Any, segments: int | None = None, timing: SamplerTiming | None = None) -> bool:
     """Compile the cluster's JAX sampler's decode loop as ``segmented_decode`` (and, on a TPU, with
-    ``DECODE_COMPILER_OPTIONS``), donating the sampling state as Tunix does. False where the rollout has
-    no JAX sampler (vLLM)."""
+    ``DECODE_COMPILER_OPTIONS``), donating the sampling state as Tunix does; with ``timing``, report each
+    prefill and decode call's time (``timed``). False where the rollout has no JAX sampler (vLLM)."""
     sampler = getattr(getattr(cluster, "rollout", None), "_sampler", None)
     if not isinstance(sampler, sampler_lib.Sampler):  # vLLM's rollout has its own
         return False
     options = DECODE_COMPILER_OPTIONS if jax.default_backend() == "tpu" else {}
     decode = functools.partial(segmented_decode, sampler, segments=segments)
     sampler._compiled_decode_fn = jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
+    if timing is not None:
+        sampler._compiled_prefill_fn = timed(sampler._compiled_prefill_fn, "prefill", timing)
+        sampler._compiled_decode_fn = timed(sampler._compiled_decode_fn, "decode", timing)
     return True

@@ -314,7 +314,7 @@ def build(
     )
     memory.drop_anchor_copy(cluster)  # memory levers that change no number (memory.py)
     memory.donate_model_in_train_step(cluster.actor_trainer)
-    if decode.install(cluster):  # the JAX sampler's decode loop (vLLM sizes its own cache)
+    if decode.install(cluster, timing=recorder.add_sampler_call):  # the JAX sampler (vLLM: its own cache)
         g, n = spec.grpo, lengths(spec)
         micro = g.microBatchSize or g.miniBatchSize or g.batchSize
         factor = decode.peak_cache_factor(n.prompt, n.total)

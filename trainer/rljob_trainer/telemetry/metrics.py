@@ -161,6 +161,19 @@ class TrainerMetrics:
             base,
             registry=r,
         )
+        self.sampler_seconds = Counter(
+            names.SAMPLER_SECONDS,
+            "Seconds the JAX sampler's programs ran (until their results were ready), by part: prefill, decode.",
+            [*base, "part"],
+            registry=r,
+        )
+        self.decode_steps = Counter(
+            names.DECODE_STEPS,
+            "Decode loop iterations of the JAX sampler (one token for every sequence of a call each); "
+            "rate(sampler_seconds_total{part='decode'}) / rate(this) is the time of one.",
+            base,
+            registry=r,
+        )
         self.reward_mean = Gauge(
             names.REWARD_MEAN, "Mean reward of the last step's completions.", base, registry=r
         )
@@ -333,6 +346,9 @@ class TrainerMetrics:
         self.tokens_per_second.labels(**lb).set(r.real_tokens / r.seconds if r.seconds > 0 else 0.0)
         if (rollout := r.rollout_tokens_per_second) is not None:
             self.rollout_tokens.labels(**lb).set(rollout)
+        for part, secs in r.sampler_seconds.items():
+            self.sampler_seconds.labels(**lb, part=part).inc(secs)
+        self.decode_steps.labels(**lb).inc(r.decode_steps)
         if r.rewards.size:
             self.reward_mean.labels(**lb).set(float(r.rewards.mean()))
             self.reward_min.labels(**lb).set(float(r.rewards.min()))

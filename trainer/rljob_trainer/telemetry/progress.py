@@ -57,6 +57,20 @@ class StepReport:
     The peak is the runtime's high-water mark since start: the first phase whose value reaches a step's
     final peak is the one that set it."""
 
+    sampler_seconds: dict[str, float] = field(default_factory=dict)
+    """The JAX sampler's device time this step by part, ``prefill`` and ``decode`` (each call waited on
+    until its result is ready, ``decode.install``); empty with the vLLM engine."""
+    decode_steps: int = 0
+    """Decode loop iterations this step, summed over sampler calls (each decodes one token for every
+    sequence of the call)."""
+
+    @property
+    def decode_seconds_per_step(self) -> float | None:
+        """Mean seconds of one decode iteration (None without a JAX sampler decode this step): what the
+        HBM roofline of the weights and KV cache read per iteration is compared with (docs/tpu.md)."""
+        secs = self.sampler_seconds.get("decode", 0.0)
+        return secs / self.decode_steps if self.decode_steps else None
+
     @property
     def rollout_tokens_per_second(self) -> float | None:
         """Sampled completion tokens per second of the rollout phase (None if no rollout ran)."""
@@ -99,6 +113,8 @@ class _Accumulator:
     generated_tokens: int = 0
     seeds: list[int] = field(default_factory=list)
     hbm: dict[str, tuple[int, int]] = field(default_factory=dict)
+    sampler: dict[str, float] = field(default_factory=dict)
+    decode_steps: int = 0
 
 
 class StepRecorder:
@@ -193,6 +209,13 @@ class StepRecorder:
             if self._current is not None:
                 self._current.generated_tokens += int(tokens)
 
+    def add_sampler_call(self, part: str, seconds: float, decode_steps: int = 0) -> None:
+        """One JAX sampler program ran (``part``: prefill or decode) for ``seconds`` of device time."""
+        with self._lock:
+            if self._current is not None:
+                self._current.sampler[part] = self._current.sampler.get(part, 0.0) + seconds
+                self._current.decode_steps += int(decode_steps)
+
     def add_seed(self, seed: int) -> None:
         with self._lock:
             if self._current is not None:
@@ -218,6 +241,8 @@ class StepRecorder:
             rollout_seeds=tuple(cur.seeds),
             generated_tokens=cur.generated_tokens,
             phase_hbm=dict(cur.hbm),
+            sampler_seconds=dict(cur.sampler),
+            decode_steps=cur.decode_steps,
         )
         self.reports.append(report)
         for callback in self.callbacks:
