@@ -41,6 +41,7 @@ import memory_job  # noqa: E402  (bench/, on the path above)
 from phase_profile import PhaseProfile, summarize  # noqa: E402  (bench/phase_profile.py)
 
 V5E_PEAK = 197e12  # bf16 FLOP/s of one v5e chip (rljob/api/tpu.py)
+ACTOR = ("reference", "old_logps", "train")  # the actor-side passes (the rollout is the sampler's)
 
 
 def args_of(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,6 +108,7 @@ def step_record(r, step_flops) -> dict:
     """One StepReport as figures: phases, tokens, MFU (train phase, whole step), HBM per phase (GiB)."""
     by_phase = step_flops.by_phase(r.phase_seconds, r.real_tokens)
     train_s = r.phase_seconds.get("train", 0.0)
+    actor_s = sum(r.phase_seconds.get(p, 0.0) for p in ACTOR)
     gib = 2**30
     return {
         "step": r.step,
@@ -121,6 +123,8 @@ def step_record(r, step_flops) -> dict:
         "decode_iterations": r.decode_steps,
         "decode_ms_per_iteration": round(1e3 * r.decode_seconds_per_step, 2) if r.decode_steps else None,
         "mfu_train": step_flops.mfu(by_phase.get("train", 0), train_s) if train_s else None,
+        # the actor side: reference, old-policy and train passes, FLOPs over their seconds together
+        "mfu_actor": step_flops.mfu(sum(by_phase.get(p, 0) for p in ACTOR), actor_s) if actor_s else None,
         "mfu_step": step_flops.mfu(sum(by_phase.values()), r.seconds),
         "hbm_gib": {k: [round(v[0] / gib, 2), round(v[1] / gib, 2)] for k, v in r.phase_hbm.items()},
         "reward_mean": round(float(r.rewards.mean()), 4) if r.rewards.size else None,

@@ -185,6 +185,20 @@ def test_a_fresh_process_counts_startup() -> None:
     assert value(s, "rljob_trainer_time_seconds_total", kind="restart") == 0
 
 
+def test_close_servers_after_tunix_cleared_every_jax_listener() -> None:
+    """Tunix's MetricsLogger.close() (a run's end) clears every JAX monitoring listener, the compile
+    listener the metrics registered included; closing the metrics afterwards must not raise."""
+    from tunix.sft.metrics_logger import MetricsLogger
+
+    doc = runs.manifest("cleared", 5, port=procs.free_port())
+    tm = metrics_server.start(
+        parse_rljob(doc, "test"), 0, StepRecorder(max_steps=5, packed=False), addr="127.0.0.1"
+    )
+    assert tm is not None
+    MetricsLogger().close()
+    metrics_server.close_servers()
+
+
 def test_start_serves_http_and_close_servers_stops_it() -> None:
     port = procs.free_port()
     doc = runs.manifest("served", 5, port=port, baseline=7.0)

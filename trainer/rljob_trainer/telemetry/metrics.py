@@ -22,6 +22,7 @@ No JAX import at module level: building the registry is cheap and works in tests
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import math
 import time
@@ -323,7 +324,9 @@ class TrainerMetrics:
         if getattr(self, "_watching", False):
             import jax.monitoring
 
-            jax.monitoring.unregister_event_duration_listener(self.on_compile)
+            # AssertionError is JAX's "not registered": Tunix's MetricsLogger.close() clears them all
+            with contextlib.suppress(AssertionError):
+                jax.monitoring.unregister_event_duration_listener(self.on_compile)
             self._watching = False
 
     def __call__(self, r: StepReport) -> None:
