@@ -75,6 +75,12 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="pieces of the decode loop (decode.SEGMENTS; 1: one loop over the whole cache, as Tunix's)",
     )
     p.add_argument(
+        "--rollout-share",
+        type=float,
+        default=None,
+        help="share of free HBM a sampler call's KV cache may take (memory.ROLLOUT_SHARE; more: fewer calls)",
+    )
+    p.add_argument(
         "--stacks", type=float, default=0, help="print every thread's stack when a phase runs this long"
     )
     return p.parse_args(argv)
@@ -183,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         decode.DECODE_COMPILER_OPTIONS = {}
     if a.decode_segments is not None:
         decode.SEGMENTS = a.decode_segments
+    if a.rollout_share is not None:
+        memory.ROLLOUT_SHARE = a.rollout_share
     if a.arm == "tunix":
         from rljob_trainer import tunix_bridge
         from tunix.rl.grpo.grpo_learner import GRPOLearner
@@ -212,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "token_budget_sequences": getattr(learner, "per_chunk", None),
         "rollout_prompts_per_call": run.cluster.cluster_config.training_config.rollout_micro_batch_size,
         "budget_share": memory.BUDGET_SHARE,
+        "rollout_share": memory.ROLLOUT_SHARE,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
         "wall_seconds": round(time.time() - started, 1),
