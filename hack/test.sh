@@ -52,7 +52,7 @@ else
   cluster_pid=$!
   trap 'kill ${images_pid} ${maxtext_pid} ${cluster_pid} 2>/dev/null || true' EXIT
   rest_rc=0
-  pytest --durations=25 --ignore=tests/e2e --ignore=tests/images || rest_rc=$?
+  pytest --durations=100 --ignore=tests/e2e --ignore=tests/images || rest_rc=$?
   cluster_rc=0
   wait "${cluster_pid}" || cluster_rc=$?
   echo "== pytest tests/e2e tests/images (ran beside the rest; exit ${cluster_rc})"
