@@ -111,7 +111,7 @@ def job(a: argparse.Namespace) -> dict:
 
 
 def step_record(r, step_flops) -> dict:
-    """One StepReport as figures: phases, tokens, MFU (train phase, whole step), HBM per phase (GiB)."""
+    """One StepReport as figures: phases, tokens, MFU (train phase, actor side, whole step), HBM per phase (GiB)."""
     by_phase = step_flops.by_phase(r.phase_seconds, r.real_tokens)
     train_s = r.phase_seconds.get("train", 0.0)
     actor_s = sum(r.phase_seconds.get(p, 0.0) for p in ACTOR)
