@@ -21,9 +21,10 @@ hack/image.sh >"${images_log}" 2>&1 &
 images_pid=$!
 # The MaxText backend's venv (a full run only, see the end): also in the background from the start.
 maxtext_log=$(mktemp /tmp/rljob-venv-maxtext.XXXXXX.log)
+maxtext_rc=$(mktemp /tmp/rljob-venv-maxtext.XXXXXX.rc)  # its exit status, once it has one
 maxtext_pid=
 if [ $# -eq 0 ]; then
-  hack/venv-maxtext.sh >"${maxtext_log}" 2>&1 &
+  (hack/venv-maxtext.sh >"${maxtext_log}" 2>&1; echo $? >"${maxtext_rc}") &
   maxtext_pid=$!
 fi
 trap 'kill ${images_pid} ${maxtext_pid} 2>/dev/null || true' EXIT
@@ -47,32 +48,33 @@ if [ $# -gt 0 ]; then
 else
   # Two pytest processes: the cluster tiers (tests/e2e, tests/images: mostly waiting on controllers, the
   # kubelet and containers) in the background beside the CPU-bound rest; their output follows the rest's.
+  # When they end (~16 min, the rest ~40), the MaxText backend's tests (Python 3.12, their own venv made
+  # in the background since the start; docs/maxtext.md) run in that same background slot.
   cluster_log=$(mktemp /tmp/rljob-pytest-cluster.XXXXXX.log)
-  pytest -p no:cacheprovider --durations=15 tests/e2e tests/images >"${cluster_log}" 2>&1 &
+  (
+    rc=0
+    pytest -p no:cacheprovider --durations=15 tests/e2e tests/images || rc=$?
+    echo "== MaxText backend (.venv-maxtext, Python 3.12; its venv made in the background since the start)"
+    until [ -s "${maxtext_rc}" ]; do sleep 2; done
+    cat "${maxtext_log}"
+    if [ "$(cat "${maxtext_rc}")" != 0 ]; then
+      echo "hack/venv-maxtext.sh failed" >&2
+      exit 1
+    fi
+    .venv-maxtext/bin/pytest tests/maxtext_backend || rc=$?
+    exit "${rc}"
+  ) >"${cluster_log}" 2>&1 &
   cluster_pid=$!
   trap 'kill ${images_pid} ${maxtext_pid} ${cluster_pid} 2>/dev/null || true' EXIT
   rest_rc=0
   pytest --durations=100 --ignore=tests/e2e --ignore=tests/images || rest_rc=$?
   cluster_rc=0
   wait "${cluster_pid}" || cluster_rc=$?
-  echo "== pytest tests/e2e tests/images (ran beside the rest; exit ${cluster_rc})"
+  echo "== pytest tests/e2e tests/images, then tests/maxtext_backend (ran beside the rest; exit ${cluster_rc})"
   cat "${cluster_log}"
   if [ "${rest_rc}" -ne 0 ] || [ "${cluster_rc}" -ne 0 ]; then
-    echo "pytest failed: rest exit ${rest_rc}, cluster tiers exit ${cluster_rc}" >&2
+    echo "pytest failed: rest exit ${rest_rc}, cluster and MaxText tiers exit ${cluster_rc}" >&2
     exit 1
   fi
 fi
 
-# The MaxText backend's tests need Python 3.12 and MaxText (docs/maxtext.md): their own venv, cached like
-# .venv (cold 1.5-2 min on the shared 2-core machine, then a no-op; the tests add 10-25 min by load: figures
-# in docs/maxtext.md). Only on a full run: pytest arguments select Tunix-env tests.
-if [ $# -eq 0 ]; then
-  echo "== MaxText backend (.venv-maxtext, Python 3.12; its venv made in the background since the start)"
-  if ! wait "${maxtext_pid}"; then
-    cat "${maxtext_log}"
-    echo "hack/venv-maxtext.sh failed" >&2
-    exit 1
-  fi
-  cat "${maxtext_log}"
-  .venv-maxtext/bin/pytest tests/maxtext_backend
-fi
