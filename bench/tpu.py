@@ -24,11 +24,13 @@ Dry-run on CPU (``JAX_PLATFORMS=cpu``, e.g. ``--prompts 2 --generations 4 --prom
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime
 import faulthandler
 import json
 import logging
 import os
+import pstats
 import subprocess
 import sys
 import time
@@ -79,6 +81,26 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="share of free HBM a sampler call's KV cache may take (memory.ROLLOUT_SHARE; more: fewer calls)",
+    )
+    p.add_argument(
+        "--vocab-chunk",
+        type=int,
+        default=None,
+        help="packed arm: tokens per vocabulary-head chunk (head.auto_vocab_chunk: 256); fewer, larger chunks "
+        "add the head's float32 [V, D] weight gradient fewer times (an A/B arm)",
+    )
+    p.add_argument(
+        "--splash-block",
+        type=int,
+        default=None,
+        help="packed arm: splash's query and key block (splash.splash_block: the largest of 1024/512/256/128 "
+        "dividing the row); a smaller one skips more of a window's masked positions (an A/B arm)",
+    )
+    p.add_argument(
+        "--cprofile",
+        type=Path,
+        default=None,
+        help="write the host's Python profile (cProfile, by cumulative time) here: where a start's seconds go",
     )
     p.add_argument(
         "--stacks", type=float, default=0, help="print every thread's stack when a phase runs this long"
@@ -168,6 +190,24 @@ def _trace_phases(profiles: list[PhaseProfile], stacks: float = 0) -> None:
     StepRecorder.phase = traced
 
 
+def _packed_overrides(vocab_chunk: int | None, block: int | None) -> None:
+    """The packed learner built with ``vocab_chunk`` tokens per head chunk and splash blocks of ``block``
+    (None: the trainer's own choice), for the A/B arms ``--vocab-chunk`` and ``--splash-block``."""
+    from rljob_trainer import tunix_bridge
+    from rljob_trainer.packing import learner
+
+    if block is not None:
+        learner.splash_block = lambda row_len: block
+    if vocab_chunk is not None:
+        pick = tunix_bridge.learner_class
+
+        def with_chunk(*args, **kwargs):
+            base, extra = pick(*args, **kwargs)
+            return base, ({**extra, "vocab_chunk": vocab_chunk} if "row_tokens" in extra else extra)
+
+        tunix_bridge.learner_class = with_chunk
+
+
 def main(argv: list[str] | None = None) -> int:
     a = args_of(argv)
     import jax
@@ -191,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         decode.SEGMENTS = a.decode_segments
     if a.rollout_share is not None:
         memory.ROLLOUT_SHARE = a.rollout_share
+    if a.vocab_chunk is not None or a.splash_block is not None:
+        _packed_overrides(a.vocab_chunk, a.splash_block)
     if a.arm == "tunix":
         from rljob_trainer import tunix_bridge
         from tunix.rl.grpo.grpo_learner import GRPOLearner
@@ -198,7 +240,15 @@ def main(argv: list[str] | None = None) -> int:
         tunix_bridge.unpacked_learner = lambda spec: (GRPOLearner, {})
     started = time.time()
     doc = job(a)
+    profiler = cProfile.Profile() if a.cprofile else None
+    if profiler:
+        profiler.enable()
     run = trainer_main.train(parse_rljob(doc), callbacks=[ConsoleProgress(stream=sys.stdout)])
+    if profiler:
+        profiler.disable()
+        a.cprofile.parent.mkdir(parents=True, exist_ok=True)
+        with a.cprofile.open("w") as f:
+            pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(120)
     model = run.cluster.actor_trainer.model
     peak = V5E_PEAK if jax.default_backend() == "tpu" else None
     sf = flops.step_flops(model.config, a.total, 1, jax.device_count(), peak)
@@ -223,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_share": memory.ROLLOUT_SHARE,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
+        "vocab_chunk": getattr(learner, "vocab_chunk", None),
+        "attention_block": getattr(learner, "attention_block", None),
         "wall_seconds": round(time.time() - started, 1),
         "steps": [step_record(r, sf) for r in run.recorder.reports],
     }
