@@ -80,7 +80,7 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         "--rollout-share",
         type=float,
         default=None,
-        help="share of free HBM a sampler call's KV cache may take (memory.ROLLOUT_SHARE; more: fewer calls)",
+        help="share of free HBM a sampler call may take at its peak (memory.ROLLOUT_SHARE; more: fewer calls)",
     )
     p.add_argument(
         "--vocab-chunk",

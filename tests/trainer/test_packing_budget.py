@@ -186,9 +186,33 @@ def test_rollout_prompts_fit_the_kv_cache_in_free_hbm(monkeypatch):
     per_seq = memory.kv_bytes_per_sequence(model.config, 1024, 4)  # the tiny model computes in float32
     cfg = model.config
     assert per_seq == 1024 * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
-    monkeypatch.setattr(memory, "free_hbm_bytes", lambda: int(3 * 8 * per_seq / memory.ROLLOUT_SHARE) + 1)
+    # a call's peak is its cache and the decode program's temporaries (one more cache): 2 caches a call
+    free = int(2 * 3 * 8 * per_seq / memory.ROLLOUT_SHARE) + 1
+    monkeypatch.setattr(memory, "free_hbm_bytes", lambda: free)
     assert memory.rollout_prompts(16, 8, 8, 1024, model) == 2  # 3 fit; the largest divisor of 16 is 2
     assert memory.rollout_prompts(16, 2, 8, 1024, model) is None  # the micro-batch itself fits
-    # the segmented decode's peak (the whole cache and a piece's copy) counted: 3 / 1.5 = 2 prompts fit
+    # the segmented decode's peak (the whole cache and a piece's copy) counted: 6 / 2.5 = 2.4 prompts fit,
+    # 6 / 3.1 = 1.9
     assert memory.rollout_prompts(16, 8, 8, 1024, model, cache_factor=1.5) == 2
-    assert memory.rollout_prompts(16, 8, 8, 1024, model, cache_factor=1.6) == 1
+    assert memory.rollout_prompts(16, 8, 8, 1024, model, cache_factor=2.1) == 1
+
+
+def test_rollout_prompts_count_the_decode_temporaries_as_the_chip_did(monkeypatch):
+    """On one v5e chip, 8 prompts x 8 generations a call (Qwen3-0.6B, 1,024 positions, a 7.0 GiB bf16
+    cache) failed to load the decode program: 7.26 GiB of temporaries asked with 4.31 GiB free. With the
+    chip's 11.31 GiB free after the training state, the sizing must not choose that call at any share
+    that leaves room for the training beside it, and must keep the 4 prompts the chip ran at 9.05 GiB."""
+    import types
+
+    from rljob_trainer import memory
+
+    qwen3_0p6b = types.SimpleNamespace(
+        config=types.SimpleNamespace(num_layers=28, num_kv_heads=8, head_dim=128, dtype="bfloat16")
+    )
+    cache = 64 * memory.kv_bytes_per_sequence(qwen3_0p6b.config, 1024)
+    assert round(cache / 2**30, 2) == 7.0
+    monkeypatch.setattr(memory, "free_hbm_bytes", lambda: int(11.31 * 2**30))
+    assert memory.rollout_prompts(16, 8, 8, 1024, qwen3_0p6b) == 4  # the default share: the chip's run
+    for share in (0.75, 0.9, 1.0):  # 0.75: the share whose 8 prompts a call failed on the chip
+        monkeypatch.setattr(memory, "ROLLOUT_SHARE", share)
+        assert memory.rollout_prompts(16, 8, 8, 1024, qwen3_0p6b) == 4, share

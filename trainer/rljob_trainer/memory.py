@@ -42,9 +42,17 @@ log = logging.getLogger(__name__)
 # Share of the free HBM the automatic token budget plans for; the rest is left to XLA's temporaries
 # that the estimate below does not count (the vocabulary head's chunks, the optimizer update).
 BUDGET_SHARE = 0.5
-# Share of the free HBM the sampler's KV cache may take (Tunix can sample the next micro-batch while
-# the current one trains, so the two shares add up to less than the whole).
-ROLLOUT_SHARE = 0.4
+# Share of the free HBM one sampler call may take at its peak: its KV cache and the decode program's
+# temporaries beside it (DECODE_TEMPORARY_CACHES). 0.8 gives the v5e example 4 prompts (32 sequences) a
+# call, as 0.4 of the cache alone did before the temporaries were counted; the chip ran it at 9.05 GiB of
+# the runtime's peak (docs/tpu.md).
+ROLLOUT_SHARE = 0.8
+# The decode program's temporaries, in KV caches of its call: about one more. On one v5e chip (2026-12-06)
+# loading the decode loop for 64 sequences x 1,024 positions of Qwen3-0.6B (a 7.0 GiB cache) asked for
+# 7.26 GiB more while the cache was held, and failed with 4.31 GiB free; compiled offline for 32
+# sequences its temporaries are 3.24 GiB beside a 3.5 GiB cache (bench/results/tpu-aot.json). Counting
+# the cache alone had let a 0.75 share choose that 64-sequence call.
+DECODE_TEMPORARY_CACHES = 1.0
 
 
 def drop_anchor_copy(cluster: Any) -> None:
@@ -164,9 +172,10 @@ def rollout_prompts(
     batch: int, micro: int, generations: int, tokens: int, model: Any, cache_factor: float = 1.0
 ) -> int | None:
     """The most prompts per sampler call (a divisor of ``batch``, as Tunix requires, at most the train
-    micro-batch ``micro``, Tunix's default) whose ``generations`` sequences' KV cache of ``tokens``, times
-    ``cache_factor`` (the decode loop's peak over one cache, ``decode.peak_cache_factor``), fits
-    ``ROLLOUT_SHARE`` of the free HBM; None where ``micro`` fits or the backend reports no memory (CPU).
+    micro-batch ``micro``, Tunix's default) whose peak fits ``ROLLOUT_SHARE`` of the free HBM: the KV
+    cache of ``generations`` sequences of ``tokens``, times ``cache_factor`` (the decode loop's largest
+    cache over one, ``decode.peak_cache_factor``) plus ``DECODE_TEMPORARY_CACHES``; None where ``micro``
+    fits or the backend reports no memory (CPU).
 
     Each call draws with its own seed (``tunix_bridge``: from seed, step and call), so a chunked step
     samples other tokens than an unchunked one would, from the same distribution, reproducibly."""
@@ -175,15 +184,17 @@ def rollout_prompts(
     free, per_seq = free_hbm_bytes(), kv_bytes_per_sequence(config, tokens, dtype_bytes)
     if free is None or per_seq is None:
         return None
-    fits = int(ROLLOUT_SHARE * free / cache_factor) // (per_seq * generations)
+    peak = cache_factor + DECODE_TEMPORARY_CACHES  # in caches of one call
+    fits = int(ROLLOUT_SHARE * free / peak) // (per_seq * generations)
     best = max([d for d in range(1, micro + 1) if batch % d == 0 and d <= fits], default=1)
     if best >= micro:
         return None
     log.info(
-        "rollout: %d of %d prompts per sampler call (KV cache %.2f GiB a call at its peak, %.2f GiB free)",
+        "rollout: %d of %d prompts per sampler call (%.2f GiB a call at its peak: KV cache and "
+        "decode temporaries; %.2f GiB free)",
         best,
         batch,
-        best * generations * per_seq * cache_factor / 2**30,
+        best * generations * per_seq * peak / 2**30,
         free / 2**30,
     )
     return best
