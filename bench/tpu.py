@@ -71,6 +71,11 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="the sampler's decode compiled as Tunix does (without decode.DECODE_COMPILER_OPTIONS): an A/B arm",
     )
     p.add_argument(
+        "--default-kv-layout",
+        action="store_true",
+        help="the sampler's caches in Tunix's layout (decode.KV_LAYOUT None): an A/B arm",
+    )
+    p.add_argument(
         "--decode-segments",
         type=int,
         default=None,
@@ -227,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     _trace_phases(profiles, a.stacks)
     if a.tunix_decode:
         decode.DECODE_COMPILER_OPTIONS = {}
+    if a.default_kv_layout:
+        decode.KV_LAYOUT = None
     if a.decode_segments is not None:
         decode.SEGMENTS = a.decode_segments
     if a.rollout_share is not None:
@@ -273,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_share": memory.ROLLOUT_SHARE,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
+        "kv_layout": None if decode.KV_LAYOUT is None else list(decode.KV_LAYOUT.major_to_minor),
         "vocab_chunk": getattr(learner, "vocab_chunk", None),
         "attention_block": getattr(learner, "attention_block", None),
         "wall_seconds": round(time.time() - started, 1),

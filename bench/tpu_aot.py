@@ -9,9 +9,11 @@ libtpu is importable; nothing runs, nothing needs the device. Install the chip's
     LIBTPU_SITE=/tmp/libtpu/lib/python3.11/site-packages .venv/bin/python bench/tpu_aot.py decode
 
 ``decode``: Tunix's vanilla sampler decode loop for Qwen3-0.6B (bf16, the trainer's compute dtype), as
-Tunix jits it (arm ``tunix``), as the trainer does (``rljob``: ``decode.DECODE_COMPILER_OPTIONS``) and in
+Tunix jits it (arm ``tunix``), with ``decode.DECODE_COMPILER_OPTIONS`` but Tunix's cache layout
+(``default-layout``), as the trainer does (``rljob``: those options and ``decode.KV_LAYOUT``) and so in
 four pieces (``segments4``, ``decode.segmented_decode``); prints, per arm, the copies of a whole layer
 cache (or piece) XLA inserts per decode step and once a call, and the program's temporaries.
+``prefill``: the sampler's prefill, with the cache in Tunix's layout and in ``decode.KV_LAYOUT``.
 
 ``train``: one GRPO train step (loss, gradients, the trainer's optimizer update) of Qwen3-0.6B in bf16:
 Tunix's own ``grpo_loss_fn`` on ``--sequences`` unpacked sequences (what its GRPOLearner runs per
@@ -66,6 +68,8 @@ def on_chip(mesh: Any, tree: Any) -> Any:
 
 def abstract_sampler(config: Any, cache_size: int) -> Any:
     """Tunix's ``Sampler`` over an abstract model (shapes only), for lowering its decode loop."""
+    import inspect
+
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -95,14 +99,26 @@ def abstract_sampler(config: Any, cache_size: int) -> Any:
         s._transformer_state, is_leaf=lambda x: isinstance(x, nnx.Variable)
     )
     s.eos_ids = jnp.array([1])
+    s._supports_decode_only_last_token = (  # as __init__ sets it, for the prefill
+        "decode_only_last_token" in inspect.signature(type(model).__call__).parameters
+    )
     return s
 
 
 def decode_program(
-    config: Any, batch: int, prompt: int, cache_size: int, options: dict[str, Any], segments: int | None
+    config: Any,
+    batch: int,
+    prompt: int,
+    cache_size: int,
+    options: dict[str, Any],
+    segments: int | None,
+    kv_layout: bool = False,
+    prefill: bool = False,
 ) -> dict:
     """Compile the decode loop for v5e (``decode.segmented_decode`` in ``segments`` pieces; 1 is Tunix's
-    loop); the copies of a layer's whole cache (or of a piece's) per step and the temporaries."""
+    loop), or with ``prefill`` the sampler's prefill, its caches taken and returned in ``decode.KV_LAYOUT``
+    where ``kv_layout`` (as ``decode.laid_out`` does), else in the default layout (Tunix's); the copies of
+    a layer's whole cache (or of a piece's) per step and once a call, and the temporaries."""
     import functools
     import re
 
@@ -120,21 +136,48 @@ def decode_program(
     )
     # a concrete array in the sampler (its static field): eval_shape left a tracer there
     state = dataclasses.replace(state, num_input_tokens=jnp.array(prompt, jnp.int32))
+    params, state = on_chip(mesh, (nnx.state(s.transformer), state))
+    out = None
+    if kv_layout:  # what decode.laid_out gives the trainer's decode: the caches in and out in KV_LAYOUT
+        from jax.experimental.layout import Format
+
+        def lay(path: Any, x: Any) -> Any:
+            kv = decode._is_kv(path, x)
+            return (
+                jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=Format(decode.KV_LAYOUT, x.sharding))
+                if kv
+                else x
+            )
+
+        state = jax.tree_util.tree_map_with_path(lay, state)
+        out = jax.tree_util.tree_map_with_path(
+            lambda path, x: Format(decode.KV_LAYOUT, x.sharding) if decode._is_kv(path, x) else None, state
+        )
     with jax.set_mesh(mesh):
-        loop = functools.partial(decode.segmented_decode, s, segments=segments)
-        jitted = jax.jit(loop, donate_argnums=(1,), compiler_options=options)
-        compiled, seconds = staged(jitted, *on_chip(mesh, (nnx.state(s.transformer), state)))
-    cache = re.compile(rf"\[{batch},[0-9]+,{config.num_kv_heads},{config.head_dim}\]")
+        if prefill:  # as the sampler calls it: no images, the prompt's tokens not echoed
+            loop = functools.partial(s._prefill_fn, images=None, echo=False)
+        else:
+            loop = functools.partial(decode.segmented_decode, s, segments=segments)
+        jitted = jax.jit(loop, donate_argnums=(1,), compiler_options=options, out_shardings=out)
+        compiled, seconds = staged(jitted, params, state)
+    # a layer's whole cache, or a piece of it (segments); the prefill's prompt-sized keys and values aside
+    positions = str(cache_size) if prefill else "[0-9]+"
+    cache = re.compile(rf"\[{batch},{positions},{config.num_kv_heads},{config.head_dim}\]")
     per_step = once = 0  # copies inside a loop's computations, and in the entry (once a call)
     in_entry = False
     for ln in compiled.as_text().splitlines():
         if ln and not ln.startswith(" ") and ln.rstrip().endswith("{"):
             in_entry = ln.startswith("ENTRY")
-        if "copy-start(" in ln and cache.search(ln):
+        if not cache.search(ln):
+            continue
+        if "copy-start(" in ln:  # an async copy (XLA's memory placement): in the loop, once a step
             once, per_step = (once + 1, per_step) if in_entry else (once, per_step + 1)
+        elif " copy(" in ln and in_entry:  # a layout change of the whole cache as the call begins or ends
+            once += 1
     return {
         "options": options,
-        "segments": decode.segment_ends(prompt, cache_size, segments),
+        "kv_layout": list(decode.KV_LAYOUT.major_to_minor) if kv_layout else None,
+        "segments": None if prefill else decode.segment_ends(prompt, cache_size, segments),
         "whole_cache_copies_per_step": per_step,
         "whole_cache_copies_per_call": once,
         "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
@@ -246,13 +289,17 @@ def train_program(
 
 V5E_HBM = int(15.75 * 2**30)
 
-# decode arms: (with decode.DECODE_COMPILER_OPTIONS, pieces of the loop). "rljob": as the trainer compiles it
-# (decode.SEGMENTS pieces); "segments4": in four pieces (decode.segmented_decode), the A/B arm.
-DECODE_ARMS: dict[str, tuple[bool, int | None]] = {
-    "tunix": (False, 1),
-    "rljob": (True, None),
-    "segments4": (True, 4),
+# decode arms: (with decode.DECODE_COMPILER_OPTIONS, pieces of the loop, caches in decode.KV_LAYOUT).
+# "rljob": as the trainer compiles it (decode.SEGMENTS pieces, decode.laid_out); "default-layout": the same
+# with Tunix's cache layout (the A/B arm of KV_LAYOUT); "segments4": in four pieces (decode.segmented_decode).
+DECODE_ARMS: dict[str, tuple[bool, int | None, bool]] = {
+    "tunix": (False, 1, False),
+    "default-layout": (True, None, False),
+    "rljob": (True, None, True),
+    "segments4": (True, 4, True),
 }
+# the prefill (``decode.install`` compiles it without DECODE_COMPILER_OPTIONS): Tunix's layout, the trainer's
+PREFILL_ARMS: dict[str, bool] = {"default-layout": False, "rljob": True}
 
 
 def qwen3_0p6b(layers: int | None = None) -> Any:
@@ -276,7 +323,7 @@ def _setup() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("program", choices=("decode", "train"))
+    p.add_argument("program", choices=("decode", "prefill", "train"))
     p.add_argument("--sequences", type=int, default=16, help="train: sequences of the micro-batch")
     p.add_argument("--total", type=int, default=1024, help="train: prompt + completion tokens")
     p.add_argument("--packed-rows", type=int, default=0, help="train: the packed learner on this many rows")
@@ -289,7 +336,7 @@ def main() -> None:
     p.add_argument(
         "--arm",
         choices=tuple(DECODE_ARMS),
-        help="decode: one arm (default: each, in its own process)",
+        help="decode, prefill: one arm (default: each, in its own process)",
     )
     args = p.parse_args()
     if args.program == "train":
@@ -305,17 +352,31 @@ def main() -> None:
         )
         print(json.dumps({"program": "train", **{k: v for k, v in vars(args).items() if k != "arm"}, **row}))
         return
+    arms = PREFILL_ARMS if args.program == "prefill" else DECODE_ARMS
+    if args.arm is not None and args.arm not in arms:
+        p.error(f"--arm {args.arm}: {args.program} has the arms {', '.join(arms)}")
     if args.arm is None:  # one compile per process: a second lowering of the sampler trips over JAX's cache
-        for arm in DECODE_ARMS:
+        for arm in arms:
             subprocess.run([sys.executable, __file__, *sys.argv[1:], "--arm", arm], check=True)
         return
     _setup()
     from rljob_trainer import decode
 
-    with_options, segments = DECODE_ARMS[args.arm]
-    options = decode.DECODE_COMPILER_OPTIONS if with_options else {}
-    row = decode_program(qwen3_0p6b(args.layers), args.batch, args.prompt, args.cache, options, segments)
-    print(json.dumps({"arm": args.arm, "batch": args.batch, "cache": args.cache, **row}), flush=True)
+    config = qwen3_0p6b(args.layers)
+    if args.program == "prefill":
+        row = decode_program(
+            config, args.batch, args.prompt, args.cache, {}, None, PREFILL_ARMS[args.arm], prefill=True
+        )
+    else:
+        with_options, segments, kv_layout = DECODE_ARMS[args.arm]
+        options = decode.DECODE_COMPILER_OPTIONS if with_options else {}
+        row = decode_program(config, args.batch, args.prompt, args.cache, options, segments, kv_layout)
+    print(
+        json.dumps(
+            {"program": args.program, "arm": args.arm, "batch": args.batch, "cache": args.cache, **row}
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

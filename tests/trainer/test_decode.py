@@ -8,6 +8,7 @@ logits only for models with ``num_embed``, which Qwen3 lacks).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from rljob_trainer import decode
@@ -74,3 +75,42 @@ def test_timing_reports_every_prefill_and_decode_call_with_its_iterations() -> N
     assert calls[0][2] == calls[2][2] == 0  # prefill: no decode iteration
     assert not (out["tokens"] == EOS_ID).any()  # so the loop ran to its limit
     assert calls[1][2] == calls[3][2] == MAX_COMPLETION, calls
+
+
+def _kv_layouts(state: object) -> set[tuple[int, ...]]:
+    """The physical orders (major to minor) of a sampling state's key and value caches."""
+    leaves = jax.tree_util.tree_leaves_with_path(state)
+    return {leaf.format.layout.major_to_minor for path, leaf in leaves if decode._is_kv(path, leaf)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_prefill_and_decode_keep_the_cache_in_kv_layout_and_sample_tunix_s_tokens(family: str) -> None:
+    """The trainer's sampler (``install``, one piece as by default) hands the cache from the prefill to the
+    decode in ``decode.KV_LAYOUT``, the order Tunix's attention reads it in, so XLA need not copy it into
+    that order and back (a second cache of temporaries on a TPU: ``bench/tpu_aot.py decode``); the tokens
+    and log-probs are Tunix's (the layout is physical only)."""
+    cluster = tiny_cluster(family, max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
+    tunix = sample(cluster)
+    assert decode.install(cluster)
+    sampler = cluster.rollout._sampler
+    seen: list[tuple[str, set[tuple[int, ...]]]] = []
+
+    def spy(part: str, program: object) -> object:
+        def run(params: object, state: object, *args: object, **kwargs: object) -> object:
+            seen.append((f"{part} in", _kv_layouts(state)))
+            out = program(params, state, *args, **kwargs)
+            seen.append((f"{part} out", _kv_layouts(out)))
+            return out
+
+        return run
+
+    sampler._compiled_prefill_fn = spy("prefill", sampler._compiled_prefill_fn)
+    sampler._compiled_decode_fn = spy("decode", sampler._compiled_decode_fn)
+    ours = sample(cluster)
+    kv = decode.KV_LAYOUT.major_to_minor
+    assert kv == (0, 2, 1, 3)  # [B, S, K, H] stored [B, K, S, H]
+    # the prompt's fresh cache arrives in the default layout and is laid out once, inside the prefill's call
+    assert seen[0] == ("prefill in", {(0, 1, 2, 3)}), seen
+    assert seen[1:] == [("prefill out", {kv}), ("decode in", {kv}), ("decode out", {kv})], seen
+    np.testing.assert_array_equal(ours["tokens"], tunix["tokens"])
+    np.testing.assert_allclose(ours["logprobs"], tunix["logprobs"], atol=1e-5)

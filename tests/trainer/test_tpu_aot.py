@@ -37,13 +37,31 @@ def aot(*args: str) -> list[dict]:
     return [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
 
 
-def test_decode_on_v5e_writes_no_whole_cache_back_each_step() -> None:
+def test_decode_on_v5e_writes_no_whole_cache_back_each_step_nor_copies_it_per_call() -> None:
     rows = {r["arm"]: r for r in aot("decode")}
+    cache = 32 * 1024 * 28 * 2 * 8 * 128 * 2  # the call's KV cache, bf16: 3.5 GiB
     assert rows["tunix"]["whole_cache_copies_per_step"] == 28, rows  # one per layer: Tunix's jit
     assert rows["rljob"]["whole_cache_copies_per_step"] == 0, rows  # decode.DECODE_COMPILER_OPTIONS
+    # Tunix's cache layout: every layer's key and value cache copied into the attention's order as the
+    # call begins and back as it ends, a second cache of temporaries (what failed to load on the chip at
+    # 64 sequences); decode.KV_LAYOUT: none
+    assert rows["default-layout"]["whole_cache_copies_per_call"] == 2 * 2 * 28, rows
+    assert rows["default-layout"]["temp_bytes"] > 0.9 * cache, rows
+    assert rows["rljob"]["whole_cache_copies_per_call"] == 0, rows
+    assert rows["rljob"]["temp_bytes"] < 0.1 * cache, rows
     # four pieces (decode.segmented_decode): a piece's copy of the cache beside the whole one, the price
     # that keeps them off by default (decode.SEGMENTS)
     assert rows["segments4"]["temp_bytes"] > rows["rljob"]["temp_bytes"] + 2 * GIB, rows
+
+
+def test_prefill_on_v5e_needs_no_second_cache_in_either_layout() -> None:
+    """The prefill writes the prompt's keys and values into the cache: no layout copy of a whole cache in
+    Tunix's layout nor in decode.KV_LAYOUT (only memory placement's two), temporaries well under one."""
+    rows = {r["arm"]: r for r in aot("prefill")}
+    cache = 32 * 1024 * 28 * 2 * 8 * 128 * 2
+    for arm in ("default-layout", "rljob"):
+        assert rows[arm]["whole_cache_copies_per_call"] <= 2, rows
+        assert rows[arm]["temp_bytes"] < 0.2 * cache, rows
 
 
 def test_tunix_train_step_needs_what_the_chip_refused() -> None:

@@ -16,6 +16,15 @@ fast decoding can be (issue 41).
   bytes); the price is one copy of a prefix per piece and, while a piece runs, that copy beside the
   whole cache (81% more at the peak in that example, ``peak_cache_factor``). Off by default (``SEGMENTS``).
 * **Without whole-cache copies** (``DECODE_COMPILER_OPTIONS``, TPU only): see below.
+* **The cache laid out as the attention reads it** (``KV_LAYOUT``, ``laid_out``): Tunix's cache is
+  ``[B, S, K, H]`` in the default (row-major) layout, but its attention contracts over ``H`` per
+  ``(B, K)``, so XLA keeps the decode loop's cache head-major and copied every layer's cache into that
+  layout when the loop began and back when it ended: a second KV cache of temporaries (3.24 GiB beside
+  3.5 at 32 sequences x 1,024 positions of Qwen3-0.6B, compiled for v5e; on the chip, 8 prompts a call
+  failed to load for it). The prefill and the decode now take and return the cache head-major (the
+  prompt's cache is laid out once, before the prefill), so the donated cache is updated in place:
+  temporaries 0.29 GiB, no whole-cache copy (``bench/tpu_aot.py decode``). Only the physical order
+  changes; every number is the same.
 * **Timed** (``timed``): each prefill and decode call waited on and reported with its loop iterations,
   so every step says its decode time per iteration (``rljob_trainer_sampler_seconds_total``,
   ``rljob_trainer_decode_steps_total``; ``bench/tpu.py``'s ``decode_ms_per_iteration``) without a profile.
@@ -34,6 +43,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.experimental.layout import Format, Layout
 from tunix.generate import sampler as sampler_lib
 
 # Pieces of the decode loop (see the module docstring); 1 is Tunix's loop over the whole cache. Not on by
@@ -51,6 +61,49 @@ SEGMENTS = 1
 # profile, docs/tpu.md). A use touching less of a buffer than this ratio of its size (the update
 # writes 1/1,024 of it) no longer earns that placement: no such copy is left (bench/tpu_aot.py).
 DECODE_COMPILER_OPTIONS: dict[str, Any] = {"xla_tpu_msa_inefficient_use_to_copy_ratio": 1.0}
+
+# The sampler's key and value caches, logically ``[B, S, K, H]`` (Tunix's), stored ``[B, K, S, H]``: the
+# order its attention reads them in (module docstring). None: the default layout, as Tunix leaves it.
+KV_LAYOUT: Layout | None = Layout(major_to_minor=(0, 2, 1, 3))
+
+
+def _is_kv(path: tuple[Any, ...], leaf: Any) -> bool:
+    """A layer's key or value cache in a sampling state (``state.cache[layer]['k' | 'v']``, rank 4)."""
+    keys = [getattr(k, "name", getattr(k, "key", None)) for k in path]
+    return "cache" in keys and keys[-1] in ("k", "v") and getattr(leaf, "ndim", 0) == 4
+
+
+def to_kv_layout(state: Any) -> Any:
+    """``state`` with every key and value cache in ``KV_LAYOUT`` (one layer's buffer at a time: each
+    old one is donated), unchanged where they already are."""
+
+    def lay(path: tuple[Any, ...], leaf: Any) -> Any:
+        if not _is_kv(path, leaf) or leaf.format.layout.major_to_minor == KV_LAYOUT.major_to_minor:
+            return leaf
+        return jax.device_put(leaf, Format(KV_LAYOUT, leaf.sharding), donate=True)
+
+    return jax.tree_util.tree_map_with_path(lay, state)
+
+
+def laid_out(program: Callable[..., Any], **jit_kwargs: Any) -> Callable[..., Any]:
+    """``program`` (the sampler's prefill or decode: ``(params, state, ...) -> state``) jitted to take and
+    return the state's caches in ``KV_LAYOUT``, the state donated; one jit per state structure (the
+    output's layouts are named per leaf)."""
+    jits: dict[Any, Callable[..., Any]] = {}
+
+    def run(params: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
+        state = to_kv_layout(state)
+        leaves, tree = jax.tree_util.tree_flatten_with_path(state)
+        key = (tree, tuple(leaf.sharding for path, leaf in leaves if _is_kv(path, leaf)))
+        if key not in jits:
+            formats = [
+                Format(KV_LAYOUT, leaf.sharding) if _is_kv(path, leaf) else None for path, leaf in leaves
+            ]
+            out = jax.tree_util.tree_unflatten(tree, formats)
+            jits[key] = jax.jit(program, donate_argnums=(1,), out_shardings=out, **jit_kwargs)
+        return jits[key](params, state, *args, **kwargs)
+
+    return run
 
 
 def segment_ends(prompt: int, cache_size: int, segments: int | None = None) -> list[int]:
@@ -150,14 +203,19 @@ def timed(program: Callable[..., Any], part: str, timing: SamplerTiming) -> Call
 
 def install(cluster: Any, segments: int | None = None, timing: SamplerTiming | None = None) -> bool:
     """Compile the cluster's JAX sampler's decode loop as ``segmented_decode`` (and, on a TPU, with
-    ``DECODE_COMPILER_OPTIONS``), donating the sampling state as Tunix does; with ``timing``, report each
-    prefill and decode call's time (``timed``). False where the rollout has no JAX sampler (vLLM)."""
+    ``DECODE_COMPILER_OPTIONS``), donating the sampling state as Tunix does, its prefill and decode with
+    the caches in ``KV_LAYOUT``; with ``timing``, report each prefill and decode call's time (``timed``).
+    False where the rollout has no JAX sampler (vLLM)."""
     sampler = getattr(getattr(cluster, "rollout", None), "_sampler", None)
     if not isinstance(sampler, sampler_lib.Sampler):  # vLLM's rollout has its own
         return False
     options = DECODE_COMPILER_OPTIONS if jax.default_backend() == "tpu" else {}
     decode = functools.partial(segmented_decode, sampler, segments=segments)
-    sampler._compiled_decode_fn = jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
+    if KV_LAYOUT is None:
+        sampler._compiled_decode_fn = jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
+    else:
+        sampler._compiled_prefill_fn = laid_out(sampler._prefill_fn, static_argnames=("echo",))
+        sampler._compiled_decode_fn = laid_out(decode, compiler_options=options or None)
     if timing is not None:
         sampler._compiled_prefill_fn = timed(sampler._compiled_prefill_fn, "prefill", timing)
         sampler._compiled_decode_fn = timed(sampler._compiled_decode_fn, "decode", timing)
