@@ -24,7 +24,8 @@ fast decoding can be (issue 41).
   failed to load for it). The prefill and the decode now take and return the cache head-major (the
   prompt's cache is laid out once, before the prefill), so the donated cache is updated in place:
   temporaries 0.29 GiB, no whole-cache copy (``bench/tpu_aot.py decode``). Only the physical order
-  changes; every number is the same.
+  changes; every number is the same. One device only (``sole_device``): on a mesh the cache keeps
+  Tunix's layout.
 * **Timed** (``timed``): each prefill and decode call waited on and reported with its loop iterations,
   so every step says its decode time per iteration (``rljob_trainer_sampler_seconds_total``,
   ``rljob_trainer_decode_steps_total``; ``bench/tpu.py``'s ``decode_ms_per_iteration``) without a profile.
@@ -73,35 +74,50 @@ def _is_kv(path: tuple[Any, ...], leaf: Any) -> bool:
     return "cache" in keys and keys[-1] in ("k", "v") and getattr(leaf, "ndim", 0) == 4
 
 
-def to_kv_layout(state: Any) -> Any:
-    """``state`` with every key and value cache in ``KV_LAYOUT`` (one layer's buffer at a time: each
-    old one is donated), unchanged where they already are."""
+def to_kv_layout(state: Any, where: Format) -> Any:
+    """``state`` with every key and value cache in ``where`` (``KV_LAYOUT`` on the sampler's device; one
+    layer's buffer at a time: each old one is donated), unchanged where they already are."""
 
     def lay(path: tuple[Any, ...], leaf: Any) -> Any:
-        if not _is_kv(path, leaf) or leaf.format.layout.major_to_minor == KV_LAYOUT.major_to_minor:
+        if not _is_kv(path, leaf):
             return leaf
-        return jax.device_put(leaf, Format(KV_LAYOUT, leaf.sharding), donate=True)
+        order = leaf.format.layout.major_to_minor  # (a TPU's layout also names its tiling)
+        if order == where.layout.major_to_minor and leaf.sharding == where.sharding:
+            return leaf
+        return jax.device_put(leaf, where, donate=True)
 
     return jax.tree_util.tree_map_with_path(lay, state)
 
 
-def laid_out(program: Callable[..., Any], **jit_kwargs: Any) -> Callable[..., Any]:
+def sole_device(params: Any) -> jax.Device | None:
+    """The one device holding every array of ``params`` (the sampler's weights), else None.
+
+    Why only one: the layout is named together with the cache's sharding, and on a mesh of several
+    devices that sharding is XLA's choice (propagated from the model's constraints), known only after
+    compiling; such a rollout keeps Tunix's layout (the 4-device CPU mesh of
+    ``tests/trainer/test_tpu_shardings.py``). One device is the single-chip case measured on the TPU.
+    """
+    devices = {d for leaf in jax.tree.leaves(params) if isinstance(leaf, jax.Array) for d in leaf.devices()}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def laid_out(program: Callable[..., Any], device: jax.Device, **jit_kwargs: Any) -> Callable[..., Any]:
     """``program`` (the sampler's prefill or decode: ``(params, state, ...) -> state``) jitted to take and
-    return the state's caches in ``KV_LAYOUT``, the state donated; one jit per state structure (the
-    output's layouts are named per leaf)."""
+    return the state's caches in ``KV_LAYOUT`` on ``device``, the state donated; one jit per state
+    structure (the output's formats are named per leaf)."""
+    assert KV_LAYOUT is not None
+    where = Format(KV_LAYOUT, jax.sharding.SingleDeviceSharding(device))
     jits: dict[Any, Callable[..., Any]] = {}
 
     def run(params: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
-        state = to_kv_layout(state)
+        state = to_kv_layout(state, where)
         leaves, tree = jax.tree_util.tree_flatten_with_path(state)
-        key = (tree, tuple(leaf.sharding for path, leaf in leaves if _is_kv(path, leaf)))
-        if key not in jits:
-            formats = [
-                Format(KV_LAYOUT, leaf.sharding) if _is_kv(path, leaf) else None for path, leaf in leaves
-            ]
-            out = jax.tree_util.tree_unflatten(tree, formats)
-            jits[key] = jax.jit(program, donate_argnums=(1,), out_shardings=out, **jit_kwargs)
-        return jits[key](params, state, *args, **kwargs)
+        if tree not in jits:
+            out = jax.tree_util.tree_unflatten(
+                tree, [where if _is_kv(p, leaf) else None for p, leaf in leaves]
+            )
+            jits[tree] = jax.jit(program, donate_argnums=(1,), out_shardings=out, **jit_kwargs)
+        return jits[tree](params, state, *args, **kwargs)
 
     return run
 
@@ -204,18 +220,19 @@ def timed(program: Callable[..., Any], part: str, timing: SamplerTiming) -> Call
 def install(cluster: Any, segments: int | None = None, timing: SamplerTiming | None = None) -> bool:
     """Compile the cluster's JAX sampler's decode loop as ``segmented_decode`` (and, on a TPU, with
     ``DECODE_COMPILER_OPTIONS``), donating the sampling state as Tunix does, its prefill and decode with
-    the caches in ``KV_LAYOUT``; with ``timing``, report each prefill and decode call's time (``timed``).
+    the caches in ``KV_LAYOUT`` where its weights sit on one device (``sole_device``); with ``timing``, report each prefill and decode call's time (``timed``).
     False where the rollout has no JAX sampler (vLLM)."""
     sampler = getattr(getattr(cluster, "rollout", None), "_sampler", None)
     if not isinstance(sampler, sampler_lib.Sampler):  # vLLM's rollout has its own
         return False
     options = DECODE_COMPILER_OPTIONS if jax.default_backend() == "tpu" else {}
     decode = functools.partial(segmented_decode, sampler, segments=segments)
-    if KV_LAYOUT is None:
+    device = sole_device(sampler._flattened_transformer_state)
+    if KV_LAYOUT is None or device is None:
         sampler._compiled_decode_fn = jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
     else:
-        sampler._compiled_prefill_fn = laid_out(sampler._prefill_fn, static_argnames=("echo",))
-        sampler._compiled_decode_fn = laid_out(decode, compiler_options=options or None)
+        sampler._compiled_prefill_fn = laid_out(sampler._prefill_fn, device, static_argnames=("echo",))
+        sampler._compiled_decode_fn = laid_out(decode, device, compiler_options=options or None)
     if timing is not None:
         sampler._compiled_prefill_fn = timed(sampler._compiled_prefill_fn, "prefill", timing)
         sampler._compiled_decode_fn = timed(sampler._compiled_decode_fn, "decode", timing)
