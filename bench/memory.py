@@ -203,12 +203,12 @@ def xla_train_step(a: argparse.Namespace, layers: int, remat: bool = True) -> di
     lengths) in rows of ``row``, bf16 parameters as the trainer loads them, compiled only (no memory
     used). ``temp`` is what the step holds beyond its inputs and outputs: activations kept for the
     backward pass, the head chunk's logits, attention blocks; ``output`` holds the gradients.
-    ``remat``: the trainer's per-layer recomputation (``adapter.REMAT_LAYERS``) on or off."""
+    ``remat``: the trainer's per-layer recomputation (``stack.REMAT_LAYERS``) on or off."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
     from rljob_trainer.models import families as models
-    from rljob_trainer.packing import adapter
+    from rljob_trainer.packing import stack
     from rljob_trainer.packing.adapter import resolve_attention
     from rljob_trainer.packing.example import pack_train_example
     from rljob_trainer.packing.learner import pick_attention_block
@@ -232,11 +232,11 @@ def xla_train_step(a: argparse.Namespace, layers: int, remat: bool = True) -> di
     packed, _ = pack_train_example(ex, a.row, pad_id=PAD_ID, attention_block=block)
     fn = make_packed_grpo_loss_fn(attention=resolve_attention(model, "auto"), block=block, vocab_chunk=256)
     step = jax.jit(jax.value_and_grad(lambda st: fn(nnx.merge(graphdef, st), packed, grpo_config())[0]))
-    adapter.REMAT_LAYERS, saved = remat, adapter.REMAT_LAYERS
+    stack.REMAT_LAYERS, saved = remat, stack.REMAT_LAYERS
     try:
         m = step.lower(state).compile().memory_analysis()
     finally:
-        adapter.REMAT_LAYERS = saved
+        stack.REMAT_LAYERS = saved
     return {
         "layers": layers,
         "remat": remat,

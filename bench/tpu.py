@@ -76,6 +76,11 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="the sampler's caches in Tunix's layout (decode.KV_LAYOUT None): an A/B arm",
     )
     p.add_argument(
+        "--scan-layers",
+        action="store_true",
+        help="the packed passes' decoder layers in one lax.scan (stack.SCAN_LAYERS): an A/B arm",
+    )
+    p.add_argument(
         "--decode-segments",
         type=int,
         default=None,
@@ -217,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     a = args_of(argv)
     import jax
     from rljob_trainer import decode, memory
+    from rljob_trainer.packing import stack
     from rljob_trainer.run import compile_cache
     from rljob_trainer.run import main as trainer_main
     from rljob_trainer.telemetry import flops
@@ -234,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         decode.DECODE_COMPILER_OPTIONS = {}
     if a.default_kv_layout:
         decode.KV_LAYOUT = None
+    if a.scan_layers:
+        stack.SCAN_LAYERS = True
     if a.decode_segments is not None:
         decode.SEGMENTS = a.decode_segments
     if a.rollout_share is not None:
@@ -280,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_share": memory.ROLLOUT_SHARE,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
+        "scan_layers": stack.SCAN_LAYERS,
         "kv_layout": None if decode.KV_LAYOUT is None else list(decode.KV_LAYOUT.major_to_minor),
         "vocab_chunk": getattr(learner, "vocab_chunk", None),
         "attention_block": getattr(learner, "attention_block", None),

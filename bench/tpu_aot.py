@@ -215,6 +215,7 @@ def train_program(
     import jax
     import numpy as np
     from flax import nnx
+    from jax.experimental import serialize_executable
     from rljob_trainer import tunix_bridge
     from rljob_trainer.packing.example import pack_train_example
     from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
@@ -270,11 +271,13 @@ def train_program(
         with mesh:  # Tunix's splash path reads the mesh of the older context manager
             compiled, seconds = staged(jax.jit(step, donate_argnums=(0,)), *placed)
         temp = compiled.memory_analysis().temp_size_in_bytes
+        # what the persistent cache stores and a warm start loads onto the chip
+        executable = len(serialize_executable.serialize(compiled)[0])
     except jax.errors.JaxRuntimeError as exc:
         found = re.search(r"HLO temporaries \(([0-9.]+)G\)", str(exc))
         if found is None:
             raise
-        temp, seconds = int(float(found.group(1)) * 2**30), {}
+        temp, seconds, executable = int(float(found.group(1)) * 2**30), {}, None
     reference = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model)))
     need = temp + state_bytes + reference  # + the reference model the learner keeps (beta > 0)
     return {
@@ -283,6 +286,7 @@ def train_program(
         "reference_bytes": reference,
         "fits_v5e": need <= V5E_HBM,
         "need_gib": round(need / 2**30, 2),
+        "executable_bytes": executable,
         "seconds": seconds,
     }
 
@@ -329,6 +333,11 @@ def main() -> None:
     p.add_argument("--packed-rows", type=int, default=0, help="train: the packed learner on this many rows")
     p.add_argument("--row", type=int, default=8192, help="train: tokens a packed row")
     p.add_argument("--window", type=int, default=0, help="train: splash window (0: causal over the row)")
+    p.add_argument(
+        "--scan-layers",
+        action="store_true",
+        help="train: the packed layers in one lax.scan (stack.SCAN_LAYERS)",
+    )
     p.add_argument("--batch", type=int, default=32, help="sequences per sampler call")
     p.add_argument("--prompt", type=int, default=384)
     p.add_argument("--cache", type=int, default=1024, help="KV cache positions (prompt + completion)")
@@ -341,6 +350,9 @@ def main() -> None:
     args = p.parse_args()
     if args.program == "train":
         _setup()
+        from rljob_trainer.packing import stack
+
+        stack.SCAN_LAYERS = args.scan_layers
         row = train_program(
             qwen3_0p6b(args.layers),
             args.sequences,

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from rljob_trainer.packing import adapter
+from rljob_trainer.packing import stack
 from rljob_trainer.packing.example import pack_train_example
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
 from rljob_trainer.packing.testing import PAD_ID, grpo_config, random_train_example, tiny_model
@@ -29,7 +29,7 @@ ROW, BLOCK = 32, 8
 
 
 def _grads(model, packed, *, remat: bool, vocab_chunk: int, monkeypatch) -> tuple:
-    monkeypatch.setattr(adapter, "REMAT_LAYERS", remat)
+    monkeypatch.setattr(stack, "REMAT_LAYERS", remat)
     graph, state = nnx.split(model)
     fn = make_packed_grpo_loss_fn(attention="blocked", block=BLOCK, vocab_chunk=vocab_chunk)
     step = jax.jit(jax.value_and_grad(lambda st: fn(nnx.merge(graph, st), packed, grpo_config())[0]))
@@ -85,7 +85,7 @@ def _train_step_temp(layers: int, remat: bool, compute: jnp.dtype, monkeypatch) 
 
     from rljob.api.spec import ModelSpec
 
-    monkeypatch.setattr(adapter, "REMAT_LAYERS", remat)
+    monkeypatch.setattr(stack, "REMAT_LAYERS", remat)
     config = models.model_config(ModelSpec(family="qwen3", size="0.6b"))
     config = dataclasses.replace(config, num_layers=layers, vocab_size=4096, dtype=compute)
     # Tunix's qwen3 rope is process state (models.rope.install, done by models.build_model): an earlier

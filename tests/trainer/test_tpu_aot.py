@@ -89,3 +89,27 @@ def test_packed_chunk_of_the_v5e_example_fits_with_the_splash_window() -> None:
         "1024",
     )
     assert row["fits_v5e"], row
+
+
+def test_scanned_packed_layers_compile_for_v5e_with_splash() -> None:
+    """``stack.SCAN_LAYERS``: the packed step with its layers in one scan compiles for the chip, splash
+    kernels included (with the trainer's own custom-VJP remat inside the scan it did not lower; CPU never
+    lowers splash, so only this compile sees it). Four layers: the scan's body is the same."""
+    (row,) = aot(
+        "train",
+        "--sequences",
+        "18",
+        "--prompt",
+        "384",
+        "--total",
+        "1024",
+        "--packed-rows",
+        "2",
+        "--window",
+        "1024",
+        "--layers",
+        "4",
+        "--scan-layers",
+    )
+    assert row["scan_layers"] and row["fits_v5e"], row
+    assert row["executable_bytes"] > 0, row

@@ -21,7 +21,7 @@ packed row handed to ``model(...)`` attends across sequences. The adapter picks,
   and MaxText's attention masks by segment and causality itself (``dot_product`` on CPU, splash on TPU).
 
 The blocked forwards mirror Tunix 0.1.7's ``__call__``/``block`` code (no KV cache; our own per-layer
-remat, ``remat.checkpoint_layer``) up to the
+remat and, optionally, the layers in one scan: ``stack.decoder``) up to the
 final norm (``packed_hidden``; the head is applied whole by ``packed_logits`` or in token chunks by
 ``head.chunked_token_logps``); the tests compare them against Tunix's own unpacked forward to 1e-5.
 """
@@ -42,19 +42,14 @@ from jax.interpreters import pxla
 from rljob_trainer.packing import maxtext_head
 from rljob_trainer.packing.attention import blocked_attention, dense_attention, segment_causal_mask
 from rljob_trainer.packing.head import tied_head
-from rljob_trainer.packing.remat import checkpoint_layer
 from rljob_trainer.packing.splash import flash_attention
+from rljob_trainer.packing.stack import decoder as _decoder
 
 Attention = Literal["auto", "splash", "blocked", "dense", "segments"]
 BLOCKED_FAMILIES = ("qwen3", "qwen2", "llama3")
 DENSE_FAMILIES = ("qwen3", "qwen2", "llama3", "gemma3")
 SPLASH_FAMILIES = ("qwen3", "qwen2")
 SEGMENT_FAMILIES = ("maxtext",)
-# Recompute each decoder layer in the backward pass (``remat.checkpoint_layer``): same math (float
-# rounding may differ), cuts the packed train step's activations and float32 weight copies from ~248 to
-# ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens), float32 or bf16 activations (see _decoder).
-# A switch for tests and the bench.
-REMAT_LAYERS = True
 
 
 def family_of(model: Any) -> str:
@@ -272,29 +267,6 @@ def _head(model: Any, x: jax.Array) -> jax.Array:
 
 
 Attend = Callable[[jax.Array, jax.Array, jax.Array, float], jax.Array]
-
-
-def _decoder(
-    model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array], split_last: bool = False
-) -> jax.Array:
-    """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3 (``split_last``: see
-    ``packed_hidden``)."""
-    last = len(model.layers) - 1
-    for i, layer in enumerate(model.layers):
-        graph, state = nnx.split(layer)
-
-        def one(
-            state: Any, x: jax.Array, graph: Any = graph, stop: bool = split_last and i == last
-        ) -> jax.Array:
-            layer = nnx.merge(graph, state)
-            h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
-            return h if stop else h + layer.mlp(layer.post_attention_layernorm(h))
-
-        # With bf16 activations XLA's fusions may round the recomputed forward differently, so a few
-        # gradient elements move by a bf16 step (test_packing_remat); without remat, a bf16 model keeps
-        # every layer's activations to the backward (~124 MiB per layer per 1,024 tokens at 0.6B width).
-        x = checkpoint_layer(one, state, x) if REMAT_LAYERS else one(state, x)
-    return x if split_last else model.final_norm(x)
 
 
 def _qwen3(

@@ -1,0 +1,64 @@
+"""The packed forward's decoder stack: pre-norm residual layers (qwen3, qwen2, llama3), each recomputed in
+the backward pass, unrolled or in one ``lax.scan`` (``adapter`` builds each family's forward on it)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rljob_trainer.packing.remat import checkpoint_layer
+
+# Recompute each decoder layer in the backward pass (``remat.checkpoint_layer``): same math (float
+# rounding may differ), cuts the packed train step's activations and float32 weight copies from ~248 to
+# ~17 MiB per layer at Qwen3-0.6B width (1,024 tokens), float32 or bf16 activations (see ``decoder``).
+# A switch for tests and the bench.
+REMAT_LAYERS = True
+# Run the decoder layers as one ``lax.scan`` over their stacked weights instead of one copy of the layer
+# per layer: JAX traces, and XLA compiles, one layer instead of 28 (issue 42: a start's tracing, compile
+# and the compiled program's size), as MaxText's ``scan_layers``. The price is a stacked copy of the
+# layers' weights (and of their gradient) while a pass runs. Same math; XLA may fuse differently.
+# Off until the chip has timed it: compiled for v5e (the packed train step, 2 rows of 8,192, docs/tpu.md)
+# the executable falls from 852 to 90 MB but the temporaries grow from 2.8 to 6.8 GB.
+SCAN_LAYERS = False
+
+
+def decoder(
+    model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array], split_last: bool = False
+) -> jax.Array:
+    """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3 (``split_last``: see
+    ``adapter.packed_hidden``); the layers in one ``lax.scan`` where ``SCAN_LAYERS`` and they are alike."""
+
+    def one(state: Any, x: jax.Array, graph: Any, stop: bool) -> jax.Array:
+        layer = nnx.merge(graph, state)
+        h = attn_fn(layer.attn, layer.input_layernorm(x)) + x
+        return h if stop else h + layer.mlp(layer.post_attention_layernorm(h))
+
+    def run(graph: Any, state: Any, x: jax.Array, stop: bool = False) -> jax.Array:
+        layer = functools.partial(one, graph=graph, stop=stop)
+        # With bf16 activations XLA's fusions may round the recomputed forward differently, so a few
+        # gradient elements move by a bf16 step (test_packing_remat); without remat, a bf16 model keeps
+        # every layer's activations to the backward (~124 MiB per layer per 1,024 tokens at 0.6B width).
+        return checkpoint_layer(layer, state, x) if REMAT_LAYERS else layer(state, x)
+
+    layers = [nnx.split(layer) for layer in model.layers]
+    body, tail = (layers[:-1], layers[-1:]) if split_last else (layers, [])
+    if SCAN_LAYERS and len(body) > 1 and all(graph == body[0][0] for graph, _ in body):
+        # Inside a scan the backward pass recomputes a layer in its own loop iteration, so plain
+        # ``jax.checkpoint`` holds on every backend (``checkpoint_layer``'s custom VJP, which works
+        # around XLA's CPU scheduler, leaks its integer closures into the splash kernel's lowering here).
+        layer = functools.partial(one, graph=body[0][0], stop=False)
+        if REMAT_LAYERS:
+            layer = jax.checkpoint(layer, prevent_cse=False)
+        stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(state for _, state in body))
+        x, _ = jax.lax.scan(lambda h, state: (layer(state, h), None), x, stacked)
+    else:
+        for graph, state in body:
+            x = run(graph, state, x)
+    for graph, state in tail:
+        x = run(graph, state, x, stop=True)
+    return x if split_last else model.final_norm(x)
