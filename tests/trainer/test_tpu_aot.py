@@ -19,6 +19,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LIBTPU_SITE = os.environ.get("LIBTPU_SITE", "")
 GIB = 2**30
+# one token-budget chunk of the v5e example: 18 sequences in two packed rows of 8,192, splash window 1,024
+PACKED_CHUNK = (
+    "train",
+    "--sequences",
+    "18",
+    "--prompt",
+    "384",
+    "--total",
+    "1024",
+    "--packed-rows",
+    "2",
+    "--window",
+    "1024",
+)
 
 pytestmark = pytest.mark.skipif(
     not (Path(LIBTPU_SITE) / "libtpu").is_dir(), reason="no libtpu to compile for a TPU (LIBTPU_SITE)"
@@ -75,19 +89,7 @@ def test_tunix_train_step_needs_what_the_chip_refused() -> None:
 def test_packed_chunk_of_the_v5e_example_fits_with_the_splash_window() -> None:
     """Two packed rows of 8,192 (one token-budget chunk of the v5e example) with splash attending within
     1,024 positions: compiles for the chip (the Mosaic kernels included) and fits with the state."""
-    (row,) = aot(
-        "train",
-        "--sequences",
-        "18",
-        "--prompt",
-        "384",
-        "--total",
-        "1024",
-        "--packed-rows",
-        "2",
-        "--window",
-        "1024",
-    )
+    (row,) = aot(*PACKED_CHUNK)
     assert row["fits_v5e"], row
 
 
@@ -96,17 +98,7 @@ def test_scanned_packed_layers_compile_for_v5e_with_splash() -> None:
     kernels included (with the trainer's own custom-VJP remat inside the scan it did not lower; CPU never
     lowers splash, so only this compile sees it). Four layers: the scan's body is the same."""
     (row,) = aot(
-        "train",
-        "--sequences",
-        "18",
-        "--prompt",
-        "384",
-        "--total",
-        "1024",
-        "--packed-rows",
-        "2",
-        "--window",
-        "1024",
+        *PACKED_CHUNK,
         "--layers",
         "4",
         "--scan-layers",
