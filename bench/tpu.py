@@ -93,6 +93,13 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="share of free HBM a sampler call may take at its peak (memory.ROLLOUT_SHARE; more: fewer calls)",
     )
     p.add_argument(
+        "--decode-temporaries",
+        type=float,
+        default=None,
+        help="the decode program's temporaries the rollout plans for, in KV caches of a call "
+        "(memory.DECODE_TEMPORARY_CACHES: 1.0, measured with Tunix's cache layout)",
+    )
+    p.add_argument(
         "--vocab-chunk",
         type=int,
         default=None,
@@ -246,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         decode.SEGMENTS = a.decode_segments
     if a.rollout_share is not None:
         memory.ROLLOUT_SHARE = a.rollout_share
+    if a.decode_temporaries is not None:
+        memory.DECODE_TEMPORARY_CACHES = a.decode_temporaries
     if a.vocab_chunk is not None or a.splash_block is not None:
         _packed_overrides(a.vocab_chunk, a.splash_block)
     if a.arm == "tunix":
@@ -286,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_prompts_per_call": run.cluster.cluster_config.training_config.rollout_micro_batch_size,
         "budget_share": memory.BUDGET_SHARE,
         "rollout_share": memory.ROLLOUT_SHARE,
+        "decode_temporary_caches": memory.DECODE_TEMPORARY_CACHES,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
         "scan_layers": stack.SCAN_LAYERS,
