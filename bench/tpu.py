@@ -96,8 +96,8 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         "--decode-temporaries",
         type=float,
         default=None,
-        help="the decode program's temporaries the rollout plans for, in KV caches of a call "
-        "(memory.DECODE_TEMPORARY_CACHES: 1.0, measured with Tunix's cache layout)",
+        help="the decode program's temporaries the rollout plans for, in KV caches of a call, in either "
+        "cache layout (memory.KV_LAYOUT_TEMPORARY_CACHES 0.1, memory.DECODE_TEMPORARY_CACHES 1.0)",
     )
     p.add_argument(
         "--vocab-chunk",
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.rollout_share is not None:
         memory.ROLLOUT_SHARE = a.rollout_share
     if a.decode_temporaries is not None:
-        memory.DECODE_TEMPORARY_CACHES = a.decode_temporaries
+        memory.DECODE_TEMPORARY_CACHES = memory.KV_LAYOUT_TEMPORARY_CACHES = a.decode_temporaries
     if a.vocab_chunk is not None or a.splash_block is not None:
         _packed_overrides(a.vocab_chunk, a.splash_block)
     if a.arm == "tunix":
@@ -295,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_prompts_per_call": run.cluster.cluster_config.training_config.rollout_micro_batch_size,
         "budget_share": memory.BUDGET_SHARE,
         "rollout_share": memory.ROLLOUT_SHARE,
-        "decode_temporary_caches": memory.DECODE_TEMPORARY_CACHES,
+        "decode_temporary_caches": memory.KV_LAYOUT_TEMPORARY_CACHES
+        if decode.KV_LAYOUT
+        else memory.DECODE_TEMPORARY_CACHES,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
         "scan_layers": stack.SCAN_LAYERS,

@@ -91,7 +91,7 @@ def test_prefill_and_decode_keep_the_cache_in_kv_layout_and_sample_tunix_s_token
     and log-probs are Tunix's (the layout is physical only)."""
     cluster = tiny_cluster(family, max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
     tunix = sample(cluster)
-    assert decode.install(cluster)
+    assert decode.install(cluster) == decode.Installed(kv_layout=True)
     sampler = cluster.rollout._sampler
     seen: list[tuple[str, set[tuple[int, ...]]]] = []
 

@@ -201,7 +201,8 @@ def test_rollout_prompts_count_the_decode_temporaries_as_the_chip_did(monkeypatc
     """On one v5e chip, 8 prompts x 8 generations a call (Qwen3-0.6B, 1,024 positions, a 7.0 GiB bf16
     cache) failed to load the decode program: 7.26 GiB of temporaries asked with 4.31 GiB free. With the
     chip's 11.31 GiB free after the training state, the sizing must not choose that call at any share
-    that leaves room for the training beside it, and must keep the 4 prompts the chip ran at 9.05 GiB."""
+    that leaves room for the training beside it, and must keep the 4 prompts the chip ran at 9.05 GiB.
+    With the caches in ``decode.KV_LAYOUT`` the same chip loaded 8 prompts a call (11.65 GiB peak)."""
     import types
 
     from rljob_trainer import memory
@@ -213,6 +214,9 @@ def test_rollout_prompts_count_the_decode_temporaries_as_the_chip_did(monkeypatc
     assert round(cache / 2**30, 2) == 7.0
     monkeypatch.setattr(memory, "free_hbm_bytes", lambda: int(11.31 * 2**30))
     assert memory.rollout_prompts(16, 8, 8, 1024, qwen3_0p6b) == 4  # the default share: the chip's run
+    # the caches in decode.KV_LAYOUT: the same chip loaded and ran 8 prompts a call (micro: None)
+    assert memory.rollout_prompts(16, 8, 8, 1024, qwen3_0p6b, kv_layout=True) is None
+    assert memory.rollout_prompts(16, 16, 8, 1024, qwen3_0p6b, kv_layout=True) == 8
     for share in (0.75, 0.9, 1.0):  # 0.75: the share whose 8 prompts a call failed on the chip
         monkeypatch.setattr(memory, "ROLLOUT_SHARE", share)
         assert memory.rollout_prompts(16, 8, 8, 1024, qwen3_0p6b) == 4, share

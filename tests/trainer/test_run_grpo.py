@@ -127,8 +127,10 @@ def test_a_chunked_rollout_draws_a_fresh_seed_per_sampler_call(monkeypatch: pyte
     the same random stream), a pure function of (seed, step, call) as before."""
     from rljob_trainer import memory
 
-    monkeypatch.setattr(memory, "rollout_prompts", lambda *a: 1)  # 1 prompt x 4 generations per call
+    sized: list[dict] = []
+    monkeypatch.setattr(memory, "rollout_prompts", lambda *a, **kw: sized.append(kw) or 1)  # 1 prompt a call
     run = trainer_main.train(job(maxSteps=2, batchSize=2, beta=0.0))
+    assert sized == [{"kv_layout": True}]  # one device: the caches in decode.KV_LAYOUT, sized as such
     seeds = [rep.rollout_seeds for rep in run.recorder.reports]
     assert [len(s) for s in seeds] == [2, 2]
     assert len({s for step in seeds for s in step}) == 4

@@ -217,18 +217,30 @@ def timed(program: Callable[..., Any], part: str, timing: SamplerTiming) -> Call
     return run
 
 
-def install(cluster: Any, segments: int | None = None, timing: SamplerTiming | None = None) -> bool:
+@dataclasses.dataclass(frozen=True)
+class Installed:
+    """What ``install`` compiled. ``kv_layout``: the caches are in ``KV_LAYOUT``, so the decode program
+    needs no whole-cache copies beside its cache (``memory.rollout_prompts`` sizes the call by it)."""
+
+    kv_layout: bool
+
+
+def install(
+    cluster: Any, segments: int | None = None, timing: SamplerTiming | None = None
+) -> Installed | None:
     """Compile the cluster's JAX sampler's decode loop as ``segmented_decode`` (and, on a TPU, with
     ``DECODE_COMPILER_OPTIONS``), donating the sampling state as Tunix does, its prefill and decode with
-    the caches in ``KV_LAYOUT`` where its weights sit on one device (``sole_device``); with ``timing``, report each prefill and decode call's time (``timed``).
-    False where the rollout has no JAX sampler (vLLM)."""
+    the caches in ``KV_LAYOUT`` where its weights sit on one device (``sole_device``); with ``timing``,
+    report each prefill and decode call's time (``timed``). None where the rollout has no JAX sampler
+    (vLLM)."""
     sampler = getattr(getattr(cluster, "rollout", None), "_sampler", None)
     if not isinstance(sampler, sampler_lib.Sampler):  # vLLM's rollout has its own
-        return False
+        return None
     options = DECODE_COMPILER_OPTIONS if jax.default_backend() == "tpu" else {}
     decode = functools.partial(segmented_decode, sampler, segments=segments)
     device = sole_device(sampler._flattened_transformer_state)
-    if KV_LAYOUT is None or device is None:
+    kv_layout = KV_LAYOUT is not None and device is not None
+    if not kv_layout:
         sampler._compiled_decode_fn = jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
     else:
         sampler._compiled_prefill_fn = laid_out(sampler._prefill_fn, device, static_argnames=("echo",))
@@ -236,4 +248,4 @@ def install(cluster: Any, segments: int | None = None, timing: SamplerTiming | N
     if timing is not None:
         sampler._compiled_prefill_fn = timed(sampler._compiled_prefill_fn, "prefill", timing)
         sampler._compiled_decode_fn = timed(sampler._compiled_decode_fn, "decode", timing)
-    return True
+    return Installed(kv_layout=kv_layout)

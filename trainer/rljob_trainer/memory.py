@@ -43,16 +43,18 @@ log = logging.getLogger(__name__)
 # that the estimate below does not count (the vocabulary head's chunks, the optimizer update).
 BUDGET_SHARE = 0.5
 # Share of the free HBM one sampler call may take at its peak: its KV cache and the decode program's
-# temporaries beside it (DECODE_TEMPORARY_CACHES). 0.8 gives the v5e example 4 prompts (32 sequences) a
-# call, as 0.4 of the cache alone did before the temporaries were counted; the chip ran it at 9.05 GiB of
-# the runtime's peak (docs/tpu.md).
+# temporaries beside it. With the caches in ``decode.KV_LAYOUT`` 0.8 gives the v5e example 8 prompts (64
+# sequences) a call: the chip ran it at 11.65 GiB of the runtime's peak (docs/tpu.md, 2026-12-06 19:00).
 ROLLOUT_SHARE = 0.8
-# The decode program's temporaries, in KV caches of its call: about one more. On one v5e chip (2026-12-06)
-# loading the decode loop for 64 sequences x 1,024 positions of Qwen3-0.6B (a 7.0 GiB cache) asked for
-# 7.26 GiB more while the cache was held, and failed with 4.31 GiB free; compiled offline for 32
-# sequences its temporaries are 3.24 GiB beside a 3.5 GiB cache (bench/results/tpu-aot.json). Counting
-# the cache alone had let a 0.75 share choose that 64-sequence call.
+# The decode program's temporaries, in KV caches of its call, with Tunix's cache layout: about one more.
+# On one v5e chip (2026-12-06) loading that decode loop for 64 sequences x 1,024 positions of Qwen3-0.6B
+# (a 7.0 GiB cache) asked for 7.26 GiB more while the cache was held, and failed with 4.31 GiB free; XLA
+# copied every layer's cache into the order its attention reads (compiled offline for 32 sequences:
+# 3.24 GiB of temporaries beside a 3.5 GiB cache, bench/results/tpu-aot.json).
 DECODE_TEMPORARY_CACHES = 1.0
+# The same with the caches in ``decode.KV_LAYOUT`` (no copies): 0.29 GiB beside the 3.5 GiB cache compiled
+# offline (0.08), rounded up; at it the chip loaded and ran the 64-sequence call above.
+KV_LAYOUT_TEMPORARY_CACHES = 0.1
 
 
 def drop_anchor_copy(cluster: Any) -> None:
@@ -169,13 +171,20 @@ def kv_bytes_per_sequence(config: Any, tokens: int, dtype_bytes: int = 2) -> int
 
 
 def rollout_prompts(
-    batch: int, micro: int, generations: int, tokens: int, model: Any, cache_factor: float = 1.0
+    batch: int,
+    micro: int,
+    generations: int,
+    tokens: int,
+    model: Any,
+    cache_factor: float = 1.0,
+    kv_layout: bool = False,
 ) -> int | None:
     """The most prompts per sampler call (a divisor of ``batch``, as Tunix requires, at most the train
     micro-batch ``micro``, Tunix's default) whose peak fits ``ROLLOUT_SHARE`` of the free HBM: the KV
     cache of ``generations`` sequences of ``tokens``, times ``cache_factor`` (the decode loop's largest
-    cache over one, ``decode.peak_cache_factor``) plus ``DECODE_TEMPORARY_CACHES``; None where ``micro``
-    fits or the backend reports no memory (CPU).
+    cache over one, ``decode.peak_cache_factor``) plus the decode's temporaries (``kv_layout``: the caches
+    in ``decode.KV_LAYOUT``, ``KV_LAYOUT_TEMPORARY_CACHES``; else ``DECODE_TEMPORARY_CACHES``); None where
+    ``micro`` fits or the backend reports no memory (CPU).
 
     Each call draws with its own seed (``tunix_bridge``: from seed, step and call), so a chunked step
     samples other tokens than an unchunked one would, from the same distribution, reproducibly."""
@@ -184,7 +193,7 @@ def rollout_prompts(
     free, per_seq = free_hbm_bytes(), kv_bytes_per_sequence(config, tokens, dtype_bytes)
     if free is None or per_seq is None:
         return None
-    peak = cache_factor + DECODE_TEMPORARY_CACHES  # in caches of one call
+    peak = cache_factor + (KV_LAYOUT_TEMPORARY_CACHES if kv_layout else DECODE_TEMPORARY_CACHES)  # in caches
     fits = int(ROLLOUT_SHARE * free / peak) // (per_seq * generations)
     best = max([d for d in range(1, micro + 1) if batch % d == 0 and d <= fits], default=1)
     if best >= micro:

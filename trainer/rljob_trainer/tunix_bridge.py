@@ -314,11 +314,14 @@ def build(
     )
     memory.drop_anchor_copy(cluster)  # memory levers that change no number (memory.py)
     memory.donate_model_in_train_step(cluster.actor_trainer)
-    if decode.install(cluster, timing=recorder.add_sampler_call):  # the JAX sampler (vLLM: its own cache)
+    installed = decode.install(cluster, timing=recorder.add_sampler_call)
+    if installed is not None:  # the JAX sampler (vLLM: its own cache)
         g, n = spec.grpo, lengths(spec)
         micro = g.microBatchSize or g.miniBatchSize or g.batchSize
         factor = decode.peak_cache_factor(n.prompt, n.total)
-        prompts = memory.rollout_prompts(g.batchSize, micro, g.numGenerations, n.total, actor, factor)
+        prompts = memory.rollout_prompts(
+            g.batchSize, micro, g.numGenerations, n.total, actor, factor, kv_layout=installed.kv_layout
+        )
         cluster.cluster_config.training_config.rollout_micro_batch_size = prompts
     data_parallel = math.prod(mesh.shape[a] for a in data_axes(mesh))
     base, extra = learner_class(spec, data_parallel=data_parallel, backend=jax.default_backend())
