@@ -115,3 +115,32 @@ def test_remat_cuts_train_step_memory_per_layer(monkeypatch, compute):
     }
     assert per_layer[False] > 60 * 2**20  # activations (and float32 weight copies) of every layer
     assert per_layer[True] < per_layer[False] / 4, per_layer
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama3"])
+def test_the_train_step_traces_a_layer_once_whatever_the_depth(monkeypatch, family):
+    """A warm restart traces the train step again (the persistent cache skips only the compile), and the
+    chip's host spent 33 s of it tracing remat's backward once per layer (docs/tpu.md). The stack traces
+    one layer, forward and backward, and reuses it: tracing the step runs a layer's Python as often for 6
+    layers as for 2 (every layer's own trace would make it 3x)."""
+    monkeypatch.setattr(stack, "REMAT_LAYERS", True)
+    monkeypatch.setattr(stack, "SCAN_LAYERS", False)
+    ex = random_train_example([4, 2, 3, 1], [20, 5, 9, 13], max_prompt=4, max_completion=20, seed=1)
+    packed, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
+    fn = make_packed_grpo_loss_fn(attention="blocked", block=BLOCK, vocab_chunk=0)
+    calls = []
+    for layers in (2, 6):
+        model = tiny_model(family, num_layers=layers)
+        mlp = type(model.layers[0].mlp)
+        call = mlp.__call__
+        monkeypatch.setattr(
+            mlp,
+            "__call__",
+            lambda self, *a, _call=call, _n=layers, **k: calls.append(_n) or _call(self, *a, **k),
+        )
+        graph, state = nnx.split(model)
+        step = jax.value_and_grad(lambda st, g=graph: fn(nnx.merge(g, st), packed, grpo_config())[0])
+        jax.make_jaxpr(step)(state)
+        monkeypatch.setattr(mlp, "__call__", call)
+    assert calls.count(2) > 0
+    assert calls.count(6) == calls.count(2), (calls.count(2), calls.count(6))
