@@ -48,12 +48,8 @@ if [ $# -gt 0 ]; then
 else
   # Two pytest processes: the cluster tiers (tests/e2e, tests/images: mostly waiting on controllers, the
   # kubelet and containers) in the background beside the CPU-bound rest; their output follows the rest's.
-  # When they end (~16 min), the MaxText backend's tests (Python 3.12, their own venv made in the
-  # background since the start; docs/maxtext.md) run in that same background slot, then the slowest
-  # whole-run trainer files (`late`, ~9 min), so that the rest (~33 min without them) and the slot end
-  # together (docs/cluster.md, "Time").
-  late=(tests/trainer/test_checkpoint_resume.py tests/trainer/test_tpu_shardings.py
-    tests/trainer/test_examples_start.py tests/trainer/test_gcs_resume.py tests/trainer/test_distributed.py)
+  # When they end (~16 min, the rest ~40), the MaxText backend's tests (Python 3.12, their own venv made
+  # in the background since the start; docs/maxtext.md) run in that same background slot.
   cluster_log=$(mktemp /tmp/rljob-pytest-cluster.XXXXXX.log)
   (
     rc=0
@@ -66,17 +62,15 @@ else
       exit 1
     fi
     .venv-maxtext/bin/pytest tests/maxtext_backend || rc=$?
-    echo "== the slowest trainer files, moved here from the rest: ${late[*]}"
-    pytest -p no:cacheprovider --durations=15 "${late[@]}" || rc=$?
     exit "${rc}"
   ) >"${cluster_log}" 2>&1 &
   cluster_pid=$!
   trap 'kill ${images_pid} ${maxtext_pid} ${cluster_pid} 2>/dev/null || true' EXIT
   rest_rc=0
-  pytest --durations=100 --ignore=tests/e2e --ignore=tests/images "${late[@]/#/--ignore=}" || rest_rc=$?
+  pytest --durations=100 --ignore=tests/e2e --ignore=tests/images || rest_rc=$?
   cluster_rc=0
   wait "${cluster_pid}" || cluster_rc=$?
-  echo "== pytest tests/e2e tests/images, then tests/maxtext_backend and the late trainer files (ran beside the rest; exit ${cluster_rc})"
+  echo "== pytest tests/e2e tests/images, then tests/maxtext_backend (ran beside the rest; exit ${cluster_rc})"
   cat "${cluster_log}"
   if [ "${rest_rc}" -ne 0 ] || [ "${cluster_rc}" -ne 0 ]; then
     echo "pytest failed: rest exit ${rest_rc}, cluster and MaxText tiers exit ${cluster_rc}" >&2
