@@ -103,7 +103,8 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         "--vocab-chunk",
         type=int,
         default=None,
-        help="packed arm: tokens per vocabulary-head chunk (head.auto_vocab_chunk: 256); fewer, larger chunks "
+        help="packed arm: tokens per vocabulary-head chunk (head.auto_vocab_chunk: 1,024 with splash; 256 "
+        "before 2026-12-06 20:00); fewer, larger chunks "
         "add the head's float32 [V, D] weight gradient fewer times (an A/B arm)",
     )
     p.add_argument(

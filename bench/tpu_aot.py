@@ -219,6 +219,7 @@ def train_program(
     from jax.experimental import serialize_executable
     from rljob_trainer import tunix_bridge
     from rljob_trainer.packing.example import pack_train_example
+    from rljob_trainer.packing.head import SPLASH_CHUNK_TOKENS
     from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
     from rljob_trainer.packing.splash import splash_block
     from rljob_trainer.packing.testing import grpo_config, random_train_example
@@ -252,7 +253,7 @@ def train_program(
         if plan.rows_used != packed_rows:
             raise SystemExit(f"{sequences} sequences packed into {plan.rows_used} rows, not {packed_rows}")
         packed_loss = make_packed_grpo_loss_fn(
-            attention="splash", block=splash_block(row), vocab_chunk=256, window=window
+            attention="splash", block=splash_block(row), vocab_chunk=SPLASH_CHUNK_TOKENS, window=window
         )
 
     def loss(m: Any, batch: Any) -> Any:
