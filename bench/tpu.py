@@ -76,9 +76,10 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="the sampler's caches in Tunix's layout (decode.KV_LAYOUT None): an A/B arm",
     )
     p.add_argument(
-        "--scan-layers",
+        "--unrolled-layers",
         action="store_true",
-        help="the packed passes' decoder layers in one lax.scan (stack.SCAN_LAYERS): an A/B arm",
+        help="the packed passes' decoder layers unrolled, one copy per layer (stack.SCAN_LAYERS False; a "
+        "TPU scans them by default since 2026-12-06 23:00): an A/B arm",
     )
     p.add_argument(
         "--decode-segments",
@@ -248,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         decode.DECODE_COMPILER_OPTIONS = {}
     if a.default_kv_layout:
         decode.KV_LAYOUT = None
-    if a.scan_layers:
-        stack.SCAN_LAYERS = True
+    if a.unrolled_layers:
+        stack.SCAN_LAYERS = False
     if a.decode_segments is not None:
         decode.SEGMENTS = a.decode_segments
     if a.rollout_share is not None:
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         else memory.DECODE_TEMPORARY_CACHES,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
-        "scan_layers": stack.SCAN_LAYERS,
+        "scan_layers": stack.scans(),
         "kv_layout": None if decode.KV_LAYOUT is None else list(decode.KV_LAYOUT.major_to_minor),
         "vocab_chunk": getattr(learner, "vocab_chunk", None),
         "attention_block": getattr(learner, "attention_block", None),

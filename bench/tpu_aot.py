@@ -18,10 +18,11 @@ cache (or piece) XLA inserts per decode step and once a call, and the program's 
 ``train``: one GRPO train step (loss, gradients, the trainer's optimizer update) of Qwen3-0.6B in bf16:
 Tunix's own ``grpo_loss_fn`` on ``--sequences`` unpacked sequences (what its GRPOLearner runs per
 micro-batch), or with ``--packed-rows R`` the packed learner's loss on R rows of ``--row`` tokens (splash,
-vocabulary head in chunks of 256, ``--window``). Prints the temporaries XLA needs (also when they exceed
+vocabulary head in chunks of ``head.SPLASH_CHUNK_TOKENS``, ``--window``). Prints the temporaries XLA needs (also when they exceed
 the chip: XLA refuses to compile then, and its message gives the figure) and whether they fit beside the
 state, and the serialized executable's size (what the persistent cache holds and a warm start loads).
-``--scan-layers``: the packed layers in one ``lax.scan`` (``stack.SCAN_LAYERS``). The chip's figure for
+``--scan-layers``: the packed layers in one ``lax.scan`` (``stack.SCAN_LAYERS``; the trainer's default on a
+TPU, which this CPU process is not: without the flag the layers are unrolled). The chip's figure for
 Tunix at 16 sequences of 256 + 512 was 21.74 GB (2026-12-06); this gives 21.99 GB.
 """
 

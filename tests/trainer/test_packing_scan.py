@@ -53,3 +53,70 @@ def test_scanned_layers_change_no_number(monkeypatch, family, remat, vocab_chunk
     for g, w in zip(got, want, strict=True):
         assert np.abs(g - w).max() <= 1e-5 * np.abs(w).max()
     assert all(np.abs(w).max() > 0 for w in want)  # every layer's weights have a gradient to compare
+
+
+def test_a_tpu_scans_by_default_and_cpu_unrolls(monkeypatch):
+    """``SCAN_LAYERS`` None (the default): the layers scan on a TPU, where the chip timed it (docs/tpu.md,
+    2026-12-06 22:25), and stay unrolled on CPU, where the trainer's own remat is what bounds memory."""
+    assert stack.SCAN_LAYERS is None
+    assert not stack.scans()  # this suite runs on CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert stack.scans()
+    monkeypatch.setattr(
+        stack, "SCAN_LAYERS", False
+    )  # an explicit choice wins (bench/tpu.py --unrolled-layers)
+    assert not stack.scans()
+
+
+def test_the_token_budget_plans_for_the_scanned_layers_as_compiled_for_v5e(monkeypatch):
+    """Scanned layers hold more than unrolled ones, growing with the depth (the chip's example fit, but a
+    deeper model would not by luck). Compiled for v5e (bench/results/tpu-aot.json, Qwen3-0.6B, 2026-12-06
+    23:00) each scanned layer added 147 MB of temporaries at one row of 8,192 tokens and 218 MB at two;
+    the plan must cover both, and the chip's example (11.31 GiB free after the state) gets one-row chunks
+    where unrolled it gets the two it ran."""
+    from rljob_trainer import memory
+    from tunix.models.qwen3 import model as qwen3
+
+    config = qwen3.ModelConfig.qwen3_0p6b()
+    model = nnx.eval_shape(lambda: qwen3.Qwen3(config, rngs=nnx.Rngs(0)))
+    per_layer = sum(x.size for x in jax.tree.leaves(nnx.state(model.layers[0], nnx.Param)))
+    for tokens, measured in ((8192, 147e6), (16384, 218e6)):
+        planned = memory.SCAN_BYTES_PER_LAYER_PARAMETER * per_layer
+        planned += memory.SCAN_VECTORS_PER_LAYER_TOKEN * 4 * config.embed_dim * tokens
+        assert measured <= planned <= 1.25 * measured, (tokens, planned)
+    free = int(11.31 * 2**30)  # the chip's log: "11.31 GiB free after the training state"
+    monkeypatch.setattr(memory, "free_hbm_bytes", lambda: free)
+    unrolled, scanned = memory.token_budget(None, model), memory.token_budget(None, model, scan=True)
+    assert 2 * 8192 <= unrolled < 3 * 8192, unrolled  # the chip logged 18,524: chunks of 2 rows
+    assert 8192 <= scanned < 2 * 8192, scanned
+    assert memory.token_budget(4096, model, scan=True) == 4096  # the RLJob's value wins
+
+
+@pytest.mark.slow
+def test_the_trainer_plans_its_budget_for_the_layers_it_scans(monkeypatch):
+    """Through the trainer's entry with the layers scanned (a TPU's default, forced here on CPU): the packed
+    learner's token budget is planned for the scan (``scan=True``), and two steps train with it."""
+    from rljob_trainer import memory
+    from rljob_trainer.run import main as trainer_main
+
+    from rljob.api import parse_rljob
+    from tests import procs
+    from tests.trainer.manifests import tiny_rljob
+
+    planned: list[bool] = []
+    budget = memory.token_budget
+    monkeypatch.setattr(
+        memory, "token_budget", lambda *a, scan=False: planned.append(scan) or budget(*a, scan=scan)
+    )
+    monkeypatch.setattr(stack, "SCAN_LAYERS", True)
+    doc = tiny_rljob(
+        maxTargetLength=48,
+        rollout={"engine": "vanilla", "temperature": 1.0},
+        grpo={"numGenerations": 4, "batchSize": 2, "beta": 0.0, "maxSteps": 2, "maxTokensPerTpu": 256},
+        packing={"maxSeqTokenPerTpu": 128},
+        metrics={"port": procs.free_port()},
+    )
+    run = trainer_main.train(parse_rljob(doc))
+    assert planned == [True]
+    assert [r.step for r in run.recorder.reports] == [1, 2]
+    assert all(np.isfinite(r.reward_mean) for r in run.recorder.reports)

@@ -55,6 +55,14 @@ DECODE_TEMPORARY_CACHES = 1.0
 # The same with the caches in ``decode.KV_LAYOUT`` (no copies): 0.29 GiB beside the 3.5 GiB cache compiled
 # offline (0.08), rounded up; at it the chip loaded and ran the 64-sequence call above.
 KV_LAYOUT_TEMPORARY_CACHES = 0.1
+# The packed passes' layers in one scan (``packing.stack.scans()``, a TPU's default) hold more than the
+# unrolled stack, growing with the depth: compiled for v5e (bench/tpu_aot.py train, Qwen3-0.6B at 4 and 8
+# layers, one and two rows of 8,192; bench/results/tpu-aot.json, 2026-12-06 23:00) the temporaries grow by
+# ~76 MB a layer plus ~8.7 KB a token a layer (unrolled: ~11 MB a layer in all). By the sizes, the stacked
+# weights' float32 gradient (4 bytes a parameter) and two float32 ``[tokens, D]`` a layer. Planned as 6
+# bytes a layer parameter and two float32 vectors of the model width a token a layer (upper estimates).
+SCAN_BYTES_PER_LAYER_PARAMETER = 6
+SCAN_VECTORS_PER_LAYER_TOKEN = 2
 
 
 def drop_anchor_copy(cluster: Any) -> None:
@@ -144,19 +152,27 @@ def bytes_per_token(config: Any) -> int | None:
     return 4 * (layers * d + 2 * 2 * (3 * f + 4 * d))
 
 
-def token_budget(requested: int | None, model: Any) -> int | None:
+def token_budget(requested: int | None, model: Any, scan: bool = False) -> int | None:
     """``requested`` (``spec.grpo.maxTokensPerTpu``), else ``BUDGET_SHARE`` of the free HBM over
-    ``bytes_per_token``; None (one pass over a whole micro-batch) where neither is known."""
+    ``bytes_per_token``; None (one pass over a whole micro-batch) where neither is known. ``scan``: the
+    packed passes run the layers in one scan, which holds ``SCAN_BYTES_PER_LAYER_PARAMETER`` a layer
+    parameter (taken from the free HBM first) and ``SCAN_VECTORS_PER_LAYER_TOKEN`` more a token."""
     if requested:
         return requested
-    free, per_token = free_hbm_bytes(), bytes_per_token(getattr(model, "config", None))
+    config = getattr(model, "config", None)
+    free, per_token = free_hbm_bytes(), bytes_per_token(config)
     if free is None or per_token is None:
         return None
+    if scan:
+        layers = nnx.state(model.layers, nnx.Param)
+        free -= SCAN_BYTES_PER_LAYER_PARAMETER * sum(x.size for x in jax.tree.leaves(layers))
+        per_token += SCAN_VECTORS_PER_LAYER_TOKEN * 4 * config.embed_dim * config.num_layers
     budget = max(256, int(BUDGET_SHARE * free) // per_token)
     log.info(
-        "token budget: %d tokens per chip per pass (%.2f GiB free after the training state, ~%d KiB a token)",
+        "token budget: %d tokens per chip per pass (%.2f GiB free after the training state%s, ~%d KiB a token)",
         budget,
         free / 2**30,
+        " and the scanned layers' weight gradient" if scan else "",
         per_token // 1024,
     )
     return budget

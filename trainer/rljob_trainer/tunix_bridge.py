@@ -328,7 +328,11 @@ def build(
     recorder.packed = is_packed(base)
     recorder.memory_probe = memory.hbm_usage
     if "token_budget" in inspect.signature(base).parameters:  # the packing package's learners
-        extra["token_budget"] = memory.token_budget(spec.grpo.maxTokensPerTpu, actor)
+        from rljob_trainer.packing import stack  # a build may lack the package (``learner_class``)
+
+        # the packed passes run a Tunix model's layers in one scan (a TPU's default): more to plan for
+        scan = recorder.packed and spec.model.backend == "tunix" and stack.scans()
+        extra["token_budget"] = memory.token_budget(spec.grpo.maxTokensPerTpu, actor, scan=scan)
     learner_cls = type(f"Instrumented{base.__name__}", (Instrumented, base), {})
     learner = learner_cls(rl_cluster=cluster, algo_config=grpo_config(spec), reward_fns=reward_fns, **extra)
     learner._setup_instrumentation(recorder, spec.grpo.seed, start_step)

@@ -20,18 +20,25 @@ from rljob_trainer.packing.remat import checkpoint_layer
 REMAT_LAYERS = True
 # Run the decoder layers as one ``lax.scan`` over their stacked weights instead of one copy of the layer
 # per layer: JAX traces, and XLA compiles, one layer instead of 28 (issue 42: a start's tracing, compile
-# and the compiled program's size), as MaxText's ``scan_layers``. The price is a stacked copy of the
-# layers' weights (and of their gradient) while a pass runs. Same math; XLA may fuse differently.
-# Off until the chip has timed it: compiled for v5e (the packed train step, 2 rows of 8,192, docs/tpu.md)
-# the executable falls from 852 to 90 MB but the temporaries grow from 2.8 to 6.8 GB.
-SCAN_LAYERS = False
+# and the compiled program's size), as MaxText's ``scan_layers``. Same math; XLA may fuse differently.
+# None (the default): on a TPU, where the chip timed it (docs/tpu.md, 2026-12-06 22:25; the v5e example,
+# packed): the train step's executable 852 -> 90 MB, a cold first step 267 -> 129 s, a warm restart's
+# 99 -> 67 s, steps 2 and 3 no slower. Its price is temporaries that grow with the depth
+# (``memory.SCAN_TEMPORARY_BYTES_PER_LAYER_TOKEN``). Unrolled elsewhere: on CPU the trainer's own remat
+# (``checkpoint_layer``) is what keeps XLA's CPU scheduler from holding every layer's activations.
+SCAN_LAYERS: bool | None = None
+
+
+def scans() -> bool:
+    """Whether the packed passes run their layers in one scan: ``SCAN_LAYERS``, or None: on a TPU."""
+    return jax.default_backend() == "tpu" if SCAN_LAYERS is None else SCAN_LAYERS
 
 
 def decoder(
     model: Any, x: jax.Array, attn_fn: Callable[[Any, jax.Array], jax.Array], split_last: bool = False
 ) -> jax.Array:
     """Pre-norm residual decoder stack shared by qwen3, qwen2 and llama3 (``split_last``: see
-    ``adapter.packed_hidden``); the layers in one ``lax.scan`` where ``SCAN_LAYERS`` and they are alike."""
+    ``adapter.packed_hidden``); the layers in one ``lax.scan`` where ``scans()`` and they are alike."""
 
     def one(state: Any, x: jax.Array, graph: Any, stop: bool) -> jax.Array:
         layer = nnx.merge(graph, state)
@@ -64,7 +71,7 @@ def decoder(
 
     layers = [nnx.split(layer) for layer in model.layers]
     body, tail = (layers[:-1], layers[-1:]) if split_last else (layers, [])
-    if SCAN_LAYERS and len(body) > 1 and all(graph == body[0][0] for graph, _ in body):
+    if scans() and len(body) > 1 and all(graph == body[0][0] for graph, _ in body):
         # Inside a scan the backward pass recomputes a layer in its own loop iteration, so plain
         # ``jax.checkpoint`` holds on every backend (``checkpoint_layer``'s custom VJP, which works
         # around XLA's CPU scheduler, leaks its integer closures into the splash kernel's lowering here).
