@@ -44,7 +44,9 @@ def _layouts(example, **kw):
 
 
 def _grads(fn, model):
-    (loss, aux), grads = nnx.value_and_grad(fn, has_aux=True)(model)
+    """Loss, aux and gradients compiled as one program, as the learner's train step is (op by op, the
+    six cases took 1.4x as long: each control-flow op compiled on its own, on every call)."""
+    (loss, aux), grads = nnx.jit(nnx.value_and_grad(fn, has_aux=True))(model)
     return float(loss), aux, jax.tree.leaves(nnx.state(grads, nnx.Param))
 
 
