@@ -5,7 +5,9 @@ which returns ``x`` untouched on CPU. A value of the wrong rank for the model's 
 passes every CPU run and crashes on the first TPU step (it did: the unpacked learner's last-layer tail
 ran Tunix's MLP on gathered ``[N, D]`` states, ``P('fsdp', None, 'tp')`` on a rank-2 value). Here
 ``live_shardings`` makes every family's ``shard`` apply its constraint on CPU too (the same code minus the
-platform check), and each case runs the trainer as a pod would (``run.main.train``: the trainer's mesh,
+platform check), the packed passes scan their layers as on a TPU (``stack.SCAN_LAYERS``; the tiny
+models' two layers scan where the head is whole, the chunked head splits the last one off), and each case
+runs the trainer as a pod would (``run.main.train``: the trainer's mesh,
 model build, learner choice and every actor-side pass). Run as a script with
 ``--xla_force_host_platform_device_count`` set for a multi-device mesh; prints one JSON line per case.
 
@@ -86,17 +88,18 @@ def run_case(case: str, port: int) -> dict[str, Any]:
     completion columns in token chunks, as the trainer runs a real vocabulary; ``whole`` = the tiny
     vocabulary's own choice (the whole head)."""
     import jax
-    from rljob_trainer.packing import head
+    from rljob_trainer.packing import head, stack
     from rljob_trainer.run import main as trainer_main
 
     family, packing, head_kind, beta, iterations = case.split(":")
-    saved = head.CHUNK_ABOVE_VOCAB
+    saved, saved_scan = head.CHUNK_ABOVE_VOCAB, stack.SCAN_LAYERS
     head.CHUNK_ABOVE_VOCAB = 0 if head_kind == "chunked" else saved  # the auto choice of a real vocabulary
+    stack.SCAN_LAYERS = True  # the packed passes scan alike layers, as on a TPU (``stack.scans()``)
     try:
         with live_shardings() as calls:
             run = trainer_main.train(case_job(family, int(packing), float(beta), int(iterations), port))
     finally:
-        head.CHUNK_ABOVE_VOCAB = saved
+        head.CHUNK_ABOVE_VOCAB, stack.SCAN_LAYERS = saved, saved_scan
     learner = run.learner
     return {
         "case": case,
