@@ -43,7 +43,9 @@ COMPLETIONS = [28, 5, 20, 1, 9, 13, 2, 7]
 
 
 def _grads(fn, model):
-    (loss, aux), grads = nnx.value_and_grad(fn, has_aux=True)(model)
+    """Loss, aux and gradients compiled as one program, as the learner's train step is (op by op, each
+    control-flow op of the chunked head compiles on its own, on every call)."""
+    (loss, aux), grads = nnx.jit(nnx.value_and_grad(fn, has_aux=True))(model)
     return float(loss), aux, jax.tree.leaves(nnx.state(grads, nnx.Param))
 
 
