@@ -62,9 +62,8 @@ def test_a_tpu_scans_by_default_and_cpu_unrolls(monkeypatch):
     assert not stack.scans()  # this suite runs on CPU
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     assert stack.scans()
-    monkeypatch.setattr(
-        stack, "SCAN_LAYERS", False
-    )  # an explicit choice wins (bench/tpu.py --unrolled-layers)
+    # an explicit choice wins (bench/tpu.py --unrolled-layers)
+    monkeypatch.setattr(stack, "SCAN_LAYERS", False)
     assert not stack.scans()
 
 

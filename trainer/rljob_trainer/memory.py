@@ -172,7 +172,7 @@ def token_budget(requested: int | None, model: Any, scan: bool = False) -> int |
         "token budget: %d tokens per chip per pass (%.2f GiB free after the training state%s, ~%d KiB a token)",
         budget,
         free / 2**30,
-        " and the scanned layers' weight gradient" if scan else "",
+        ", less the layer scan's share per layer" if scan else "",
         per_token // 1024,
     )
     return budget

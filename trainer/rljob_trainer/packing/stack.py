@@ -23,9 +23,10 @@ REMAT_LAYERS = True
 # and the compiled program's size), as MaxText's ``scan_layers``. Same math; XLA may fuse differently.
 # None (the default): on a TPU, where the chip timed it (docs/tpu.md, 2026-12-06 22:25; the v5e example,
 # packed): the train step's executable 852 -> 90 MB, a cold first step 267 -> 129 s, a warm restart's
-# 99 -> 67 s, steps 2 and 3 no slower. Its price is temporaries that grow with the depth
-# (``memory.SCAN_TEMPORARY_BYTES_PER_LAYER_TOKEN``). Unrolled elsewhere: on CPU the trainer's own remat
-# (``checkpoint_layer``) is what keeps XLA's CPU scheduler from holding every layer's activations.
+# 99 -> 67 s, steps 2 and 3 no slower. Its price is temporaries that grow with the depth, which the
+# token budget plans for (``memory.SCAN_BYTES_PER_LAYER_PARAMETER``, ``SCAN_VECTORS_PER_LAYER_TOKEN``).
+# Unrolled elsewhere: on CPU the trainer's own remat (``checkpoint_layer``) is what keeps XLA's CPU
+# scheduler from holding every layer's activations.
 SCAN_LAYERS: bool | None = None
 
 
