@@ -82,6 +82,12 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         "TPU scans them by default since 2026-12-06 23:00): an A/B arm",
     )
     p.add_argument(
+        "--no-prewarm",
+        action="store_true",
+        help="packed arm: the train step compiled by step 1's train call, not beside the first rollout "
+        "(packing.prewarm.ENABLED False; on by default since 2026-12-07 03:00): an A/B arm",
+    )
+    p.add_argument(
         "--decode-segments",
         type=int,
         default=None,
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     a = args_of(argv)
     import jax
     from rljob_trainer import decode, memory
-    from rljob_trainer.packing import stack
+    from rljob_trainer.packing import prewarm, stack
     from rljob_trainer.run import compile_cache
     from rljob_trainer.run import main as trainer_main
     from rljob_trainer.telemetry import flops
@@ -251,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         decode.KV_LAYOUT = None
     if a.unrolled_layers:
         stack.SCAN_LAYERS = False
+    if a.no_prewarm:
+        prewarm.ENABLED = False
     if a.decode_segments is not None:
         decode.SEGMENTS = a.decode_segments
     if a.rollout_share is not None:
@@ -303,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
         "scan_layers": stack.scans(),
+        "prewarm": prewarm.ENABLED,
+        "prewarm_seconds": getattr(getattr(learner, "prewarm", None), "seconds", None),
         "kv_layout": None if decode.KV_LAYOUT is None else list(decode.KV_LAYOUT.major_to_minor),
         "vocab_chunk": getattr(learner, "vocab_chunk", None),
         "attention_block": getattr(learner, "attention_block", None),

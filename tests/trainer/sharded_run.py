@@ -58,9 +58,33 @@ def live_shardings() -> Iterator[dict[str, int]]:
             m.shard = old
 
 
-def case_job(family: str, packing: int, beta: float, iterations: int, port: int) -> Any:
+@contextlib.contextmanager
+def train_step_compiles() -> Iterator[list[str]]:
+    """Yields the names of the threads that compile the actor's train step (JAX's compile log)."""
+    import logging
+
+    import jax
+
+    threads: list[str] = []
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Compiling jit(_train_step) "):
+                threads.append(record.threadName)
+
+    handler, root = Seen(logging.WARNING), logging.getLogger()
+    root.addHandler(handler)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        yield threads
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        root.removeHandler(handler)
+
+
+def case_job(family: str, packing: int, beta: float, iterations: int, port: int, budget: int = 0) -> Any:
     """A tiny RLJob of ``family``: 2 prompts x 4 generations (8 sequences: a 4-device mesh splits them
-    evenly, as the trainer's batch rules require), 2 steps."""
+    evenly, as the trainer's batch rules require), 2 steps; ``budget``: ``spec.grpo.maxTokensPerTpu``."""
     from rljob.api import parse_rljob
     from tests.trainer.manifests import tiny_rljob
 
@@ -75,6 +99,7 @@ def case_job(family: str, packing: int, beta: float, iterations: int, port: int)
             "learningRate": 0.01,
             "maxSteps": 2,
             "seed": 7,
+            **({"maxTokensPerTpu": budget} if budget else {}),
         },
     )
     doc["spec"]["model"]["family"] = family
@@ -84,20 +109,22 @@ def case_job(family: str, packing: int, beta: float, iterations: int, port: int)
 
 
 def run_case(case: str, port: int) -> dict[str, Any]:
-    """``family:packing:head:beta:iterations``; head ``chunked`` = the head (and last layer's tail) at
-    completion columns in token chunks, as the trainer runs a real vocabulary; ``whole`` = the tiny
-    vocabulary's own choice (the whole head)."""
+    """``family:packing:head:beta:iterations[:budget]``; head ``chunked`` = the head (and last layer's
+    tail) at completion columns in token chunks, as the trainer runs a real vocabulary; ``whole`` = the
+    tiny vocabulary's own choice (the whole head). ``budget``: token-budget chunks (and, where their
+    shape is fixed, the train step compiled beside the first rollout: ``packing.prewarm``)."""
     import jax
     from rljob_trainer.packing import head, stack
     from rljob_trainer.run import main as trainer_main
 
-    family, packing, head_kind, beta, iterations = case.split(":")
+    family, packing, head_kind, beta, iterations, *budget = case.split(":")
     saved, saved_scan = head.CHUNK_ABOVE_VOCAB, stack.SCAN_LAYERS
     head.CHUNK_ABOVE_VOCAB = 0 if head_kind == "chunked" else saved  # the auto choice of a real vocabulary
     stack.SCAN_LAYERS = True  # the packed passes scan alike layers, as on a TPU (``stack.scans()``)
     try:
-        with live_shardings() as calls:
-            run = trainer_main.train(case_job(family, int(packing), float(beta), int(iterations), port))
+        with live_shardings() as calls, train_step_compiles() as compiled_by:
+            job = case_job(family, int(packing), float(beta), int(iterations), port, int(*budget or [0]))
+            run = trainer_main.train(job)
     finally:
         head.CHUNK_ABOVE_VOCAB, stack.SCAN_LAYERS = saved, saved_scan
     learner = run.learner
@@ -109,6 +136,8 @@ def run_case(case: str, port: int) -> dict[str, Any]:
         "steps": [r.step for r in run.recorder.reports],
         "phases": sorted(run.recorder.reports[-1].phase_seconds),
         "constraints": calls["constraints"],
+        "chunk_rows": getattr(learner, "chunk_rows", 0),
+        "train_step_compiled_by": compiled_by,
     }
 
 

@@ -32,6 +32,7 @@ MESH_CASES = [
     "llama3:128:whole:0.04:1",
     "gemma3:0:whole:0.04:2",
     "gemma3:128:whole:0.0:1",
+    "gemma3:256:whole:0.0:1:256",  # token-budget chunks of one row a device: the step compiled ahead
 ]
 ONE_DEVICE_CASES = ["qwen3:0:chunked:0.04:2", "qwen3:128:chunked:0.04:2"]  # the chip: token stream on
 
@@ -59,11 +60,11 @@ def test_every_path_trains_with_live_sharding_constraints(devices: int, cases: l
     results = run_cases(cases, devices)
     assert [r["case"] for r in results] == cases
     for r in results:
-        family, packing, head, beta, _iterations = r["case"].split(":")
+        family, packing, head, beta, _iterations, *budget = r["case"].split(":")
         assert r["devices"] == devices
         assert r["steps"] == [1, 2], r
         assert r["constraints"] > 0, r  # the constraints were live (traced through the patched shard)
-        want = {"0": "UnpackedGRPOLearner", "128": "PackedGRPOLearner"}[packing]
+        want = "UnpackedGRPOLearner" if packing == "0" else "PackedGRPOLearner"
         if family == "gemma3" and packing == "0":
             want = "GRPOLearner"
         assert r["learner"] == f"Instrumented{want}", r
@@ -71,3 +72,8 @@ def test_every_path_trains_with_live_sharding_constraints(devices: int, cases: l
             assert r["vocab_chunk"], r  # the head (and the last layer's tail) ran at completion columns
         if float(beta) > 0:
             assert "reference" in r["phases"], r
+        if budget:  # chunks of a fixed shape: compiled once, by the thread beside the first rollout
+            assert r["chunk_rows"] == devices, r
+            assert r["train_step_compiled_by"] == ["rljob-prewarm"], r
+        else:
+            assert set(r["train_step_compiled_by"]) == {"MainThread"}, r

@@ -38,6 +38,7 @@ from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
+from rljob_trainer.packing.prewarm import Prewarm
 from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError, ShapeCache
 from rljob_trainer.packing.splash import splash_block
 
@@ -221,6 +222,21 @@ class PackedGRPOLearner(GRPOLearner):
         self._micro_sizes: list[int] = []
         self._planned: tuple[Any, Any, list[PackedLayout]] | None = None  # (prompts, completions, plans)
         self._install_packed_logps()
+        self.prewarm: Prewarm | None = None
+        update_actor = self.rl_cluster.update_actor
+
+        def update_actor_once_compiled(*args: Any, **kwargs: Any) -> Any:
+            if self.prewarm is not None:  # the train step compiling beside the first rollout
+                self.prewarm.wait()
+            return update_actor(*args, **kwargs)
+
+        self.rl_cluster.update_actor = update_actor_once_compiled
+
+    def train(self, *args: Any, **kwargs: Any) -> None:
+        """Tunix's loop, with the train step compiled beside the first rollout where its shape is known
+        (``prewarm``)."""
+        self.prewarm = Prewarm(self)
+        super().train(*args, **kwargs)
 
     def _install_packed_logps(self) -> None:
         cluster = self.rl_cluster
@@ -260,8 +276,14 @@ class PackedGRPOLearner(GRPOLearner):
         return layouts
 
     def _plan(
-        self, prompt_ids: Any, prompt_mask: Any, completion_ids: Any, completion_mask: Any
+        self,
+        prompt_ids: Any,
+        prompt_mask: Any,
+        completion_ids: Any,
+        completion_mask: Any,
+        shapes: ShapeCache | None = None,
     ) -> PackedLayout:
+        """One micro-batch's rows (``shapes``: the run's cache of compiled shapes unless given)."""
         started = time.perf_counter()
         layout = plan_layout(
             prompt_ids,
@@ -272,7 +294,7 @@ class PackedGRPOLearner(GRPOLearner):
             pad_id=self.rl_cluster.rollout.pad_id(),
             attention_block=self.attention_block if self.attention == "blocked" else None,
             row_multiple=self.row_multiple,
-            shapes=self.shapes,
+            shapes=self.shapes if shapes is None else shapes,
             stream=self.stream,
         )
         if self.chunk_rows:
