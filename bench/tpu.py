@@ -157,7 +157,35 @@ def job(a: argparse.Namespace) -> dict:
     return doc
 
 
-def step_record(r, step_flops) -> dict:
+class ProgramCounter:
+    """XLA programs each step got: compiled by the backend, or read from the persistent cache (JAX's
+    monitoring events, any thread). Issue 42's goal: none after step 3 of a 20-step run."""
+
+    def __init__(self) -> None:
+        import jax.monitoring
+
+        self.now = {"compiled": 0, "compile_seconds": 0.0, "cache_loads": 0}
+        self._at_last_step = dict(self.now)
+        self.by_step: dict[int, dict] = {}
+        jax.monitoring.register_event_duration_secs_listener(self._duration)
+        jax.monitoring.register_event_listener(self._event)
+
+    def _duration(self, event: str, seconds: float, **_) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.now["compiled"] += 1
+            self.now["compile_seconds"] += seconds
+
+    def _event(self, event: str, **_) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            self.now["cache_loads"] += 1
+
+    def __call__(self, r) -> None:
+        """The StepCallback: the programs since the last step ended."""
+        self.by_step[r.step] = {k: round(v - self._at_last_step[k], 2) for k, v in self.now.items()}
+        self._at_last_step = dict(self.now)
+
+
+def step_record(r, step_flops, programs: dict | None = None) -> dict:
     """One StepReport as figures: phases, tokens, MFU (train phase, actor side, whole step), HBM per phase (GiB)."""
     by_phase = step_flops.by_phase(r.phase_seconds, r.real_tokens)
     train_s = r.phase_seconds.get("train", 0.0)
@@ -181,6 +209,7 @@ def step_record(r, step_flops) -> dict:
         "mfu_step": step_flops.mfu(sum(by_phase.values()), r.seconds),
         "hbm_gib": {k: [round(v[0] / gib, 2), round(v[1] / gib, 2)] for k, v in r.phase_hbm.items()},
         "reward_mean": round(float(r.rewards.mean()), 4) if r.rewards.size else None,
+        "programs": programs,
     }
 
 
@@ -277,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     profiler = cProfile.Profile() if a.cprofile else None
     if profiler:
         profiler.enable()
-    run = trainer_main.train(parse_rljob(doc), callbacks=[ConsoleProgress(stream=sys.stdout)])
+    programs = ProgramCounter()
+    run = trainer_main.train(parse_rljob(doc), callbacks=[ConsoleProgress(stream=sys.stdout), programs])
     if profiler:
         profiler.disable()
         a.cprofile.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         "vocab_chunk": getattr(learner, "vocab_chunk", None),
         "attention_block": getattr(learner, "attention_block", None),
         "wall_seconds": round(time.time() - started, 1),
-        "steps": [step_record(r, sf) for r in run.recorder.reports],
+        "steps": [step_record(r, sf, programs.by_step.get(r.step)) for r in run.recorder.reports],
     }
     out["profiles"] = [
         {"phase": spec, **summarize(p.out)} for spec, p in zip(a.profile, profiles, strict=True)
@@ -325,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
+    for step, got in sorted(programs.by_step.items()):  # one line each, for bench.sh's summary
+        print(f"programs step {step}: {got['compiled']} compiled, {got['cache_loads']} from the cache")
     return 0
 
 

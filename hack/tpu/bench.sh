@@ -17,5 +17,5 @@ start=$(date +%s)
 timeout -k 10 "${RLJOB_BENCH_TIMEOUT:-0}" python3 bench/tpu.py --arm "$arm" --out "$out/$arm.json" "$@" >"$out/$arm.log" 2>&1
 rc=$?
 echo "bench $arm exit $rc in $(( $(date +%s) - start )) s" | tee -a "$out/$arm.log"
-grep -E "^step | phase |token budget|rollout: |packing: at most|unpacked: at most|prewarm|Error|error:" "$out/$arm.log" | tail -n 30
+grep -E "^step | phase |token budget|rollout: |packing: at most|unpacked: at most|prewarm|^programs step|Error|error:" "$out/$arm.log" | tail -n 30
 exit $rc

@@ -97,6 +97,15 @@ class Prewarm:
             )
             packed = sharding_utils.shard_input(packed, trainer.config.data_sharding_axis)
         jitted = getattr(step.func, "__wrapped__", step.func)  # nnx.cached_partial wraps the nnx.jit
+        chunks, rows, row_len = packed.tokens.shape
+        log.info(
+            "prewarm: compiling the train step beside the first rollout, for every micro-batch's one shape: "
+            "%d sequences in %d chunks of %d rows of %d tokens",
+            sequences,
+            chunks,
+            rows,
+            row_len,
+        )
 
         def compile_step() -> None:
             started = time.perf_counter()
