@@ -27,6 +27,7 @@ A row shorter than a sequence raises ``RowTooShortError`` (a ``ValueError`` nami
 Modules, by concern: ``rows`` (pure numpy best-fit-decreasing planner), ``attention`` (segment-causal
 dense mask and block-sparse attention), ``adapter`` (per-family packed forward), ``example``
 (TrainExample -> PackedTrainExample), ``loss`` (Tunix's GRPO loss on packed rows), ``learner``,
+``prewarm`` (the train step compiled beside the first rollout where its shape is fixed),
 ``testing`` (tiny models, synthetic examples, a CPU RL cluster for tests and the benchmark).
 """
 

@@ -12,7 +12,9 @@ Kinds, and where each second comes from (none is counted twice):
 * ``productive_step``: inside a global step, the device phases (rollout, reference and old-policy
   log-probs, actor update, weight sync) minus XLA compiles that happened during the step.
 * ``compile``: XLA backend compile time (``jax.monitoring``'s ``backend_compile_duration``), at start-up
-  and inside steps (a new packed-row bucket, a first call).
+  and inside steps (a new packed-row bucket, a first call). A compile beside other work (the train step
+  compiled while the first rollout samples, ``packing.prewarm``) is counted here too and taken out of the
+  step's productive seconds: the first step's rollout shows as compile time for as long as both ran.
 * ``rollout_idle``: inside a global step, the time outside every device phase: reward functions,
   advantages, batching, the next batch's data on the host. The accelerators wait for the host then. (Tunix's
   ``perf/rollout_idle_time`` is the disaggregated layout's: a separate rollout mesh waiting for the
