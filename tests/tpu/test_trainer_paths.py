@@ -10,8 +10,10 @@ import json
 
 from tests.tpu import chip
 
-# family:packing:head:beta:iterations (tests/trainer/sharded_run.py). On the chip, packed qwen3/qwen2 run
-# Tunix's splash kernel with the whole head; llama3 and gemma3 packed run the project's own forwards.
+# family:packing:head:beta:iterations[:budget] (tests/trainer/sharded_run.py). On the chip, packed
+# qwen3/qwen2 run Tunix's splash kernel with the whole head; llama3 and gemma3 packed run the project's own
+# forwards. With a token budget of one row, splash's chunks have one shape: the train step compiles beside
+# the first rollout (``packing.prewarm``).
 CASES = [
     "qwen3:0:chunked:0.04:2",
     "qwen3:256:whole:0.0:1",
@@ -21,6 +23,7 @@ CASES = [
     "llama3:256:chunked:0.04:1",
     "gemma3:0:whole:0.04:2",
     "gemma3:256:whole:0.0:1",
+    "qwen3:256:whole:0.0:1:256",
 ]
 
 
@@ -41,6 +44,8 @@ def test_every_family_and_packing_trains_on_the_chip(record) -> None:
     for r in results:
         assert r["steps"] == [1, 2], r
         assert r["devices"] == 1
+        if r["case"].count(":") == 5:  # a budget: compiled once, by the thread beside the first rollout
+            assert r["train_step_compiled_by"] == ["rljob-prewarm"], r
 
 
 def test_the_example_runs_as_a_pod_on_one_tpu_vm(record) -> None:

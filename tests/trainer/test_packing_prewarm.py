@@ -90,3 +90,20 @@ def test_the_synthetic_micro_batch_has_the_learners_fields():
     assert ex.prompt_ids.shape == (4, MAX_P) and ex.completion_ids.shape == (4, MAX_C)
     assert ex.ref_per_token_logps is not None and ex.old_per_token_logps is not None
     assert bool(ex.prompt_mask.all()) and bool(ex.completion_mask.all())  # the longest sequences
+
+
+def test_a_compile_that_fails_ahead_is_a_warning_and_step_1_compiles(compile_log, monkeypatch, caplog):
+    """A failure the CPU cannot cause on its own (the chip's compiler refusing the program, say), made by
+    a jit whose ``lower`` raises: the run trains, the trainer compiles the step as it always did."""
+
+    class Refused:
+        def lower(self, *args, **kwargs):
+            raise RuntimeError("RESOURCE_EXHAUSTED: compiling the program")
+
+    inputs = prewarm._step_and_input
+    monkeypatch.setattr(prewarm, "_step_and_input", lambda *a: (Refused(), inputs(*a)[1]))
+    run = learner(attention="dense", token_budget=ROW)
+    run.train([{"prompts": PROMPTS}])
+    assert compile_log("_train_step") == ["MainThread"]
+    assert run.prewarm is not None and run.prewarm.seconds is None
+    assert any("did not compile ahead (RESOURCE_EXHAUSTED" in r.getMessage() for r in caplog.records)

@@ -89,14 +89,11 @@ class Prewarm:
             log.info("prewarm: off (the train step's shape depends on the data); step 1 compiles it")
             return
         cluster, trainer = learner.rl_cluster, learner.rl_cluster.actor_trainer
-        with cluster._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):  # as Tunix's update_actor
-            step, _ = trainer.jit_train_and_eval_step(False, True)  # Tunix's train: cache_nnx_graph
-            example = synthetic_micro_batch(learner, sequences)
-            packed, _ = learner.pack(
-                example, learner._plan(*_sequence_arrays(example), shapes=_scratch(learner.row_multiple))
-            )
-            packed = sharding_utils.shard_input(packed, trainer.config.data_sharding_axis)
-        jitted = getattr(step.func, "__wrapped__", step.func)  # nnx.cached_partial wraps the nnx.jit
+        try:
+            jitted, packed = _step_and_input(learner, sequences)
+        except Exception as exc:  # never fail the run: step 1 compiles the step as it always did
+            log.warning("prewarm: off, the synthetic micro-batch failed (%s); step 1 compiles the step", exc)
+            return
         chunks, rows, row_len = packed.tokens.shape
         log.info(
             "prewarm: compiling the train step beside the first rollout, for every micro-batch's one shape: "
@@ -126,6 +123,18 @@ class Prewarm:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+def _step_and_input(learner: Any, sequences: int) -> tuple[Any, Any]:
+    """The ``nnx.jit`` Tunix's train calls, and a packed micro-batch of ``sequences`` sequences on the mesh."""
+    cluster, trainer = learner.rl_cluster, learner.rl_cluster.actor_trainer
+    with cluster._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):  # as Tunix's update_actor
+        step, _ = trainer.jit_train_and_eval_step(False, True)  # Tunix's train: cache_nnx_graph
+        example = synthetic_micro_batch(learner, sequences)
+        layout = learner._plan(*_sequence_arrays(example), shapes=_scratch(learner.row_multiple))
+        packed, _ = learner.pack(example, layout)
+        packed = sharding_utils.shard_input(packed, trainer.config.data_sharding_axis)
+    return getattr(step.func, "__wrapped__", step.func), packed  # nnx.cached_partial wraps the nnx.jit
 
 
 def _sequence_arrays(example: TrainExample) -> tuple[np.ndarray, ...]:
