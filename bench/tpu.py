@@ -158,31 +158,52 @@ def job(a: argparse.Namespace) -> dict:
 
 
 class ProgramCounter:
-    """XLA programs each step got: compiled by the backend, or read from the persistent cache (JAX's
-    monitoring events, any thread). Issue 42's goal: none after step 3 of a 20-step run."""
+    """XLA programs each step got: compiled by the backend, or read from the persistent cache, and the host
+    seconds spent tracing, lowering, compiling and reading the cache, by thread (JAX's monitoring events
+    come from the thread that does the work: Tunix's main thread trains, another rolls out; the prewarm's
+    is ``rljob-prewarm``). Issue 42's goal: nothing compiled after step 3 of a 20-step run."""
+
+    SECONDS = {
+        "/jax/core/compile/jaxpr_trace_duration": "trace",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+        "/jax/core/compile/backend_compile_duration": "compile",
+        "/jax/compilation_cache/cache_retrieval_time_sec": "cache_load",
+    }
 
     def __init__(self) -> None:
+        import threading
+
         import jax.monitoring
 
-        self.now = {"compiled": 0, "compile_seconds": 0.0, "cache_loads": 0}
-        self._at_last_step = dict(self.now)
+        self._lock = threading.Lock()
+        self.now: dict[str, float] = {"compiled": 0, "cache_loads": 0}
+        self._at_last_step: dict[str, float] = {}
         self.by_step: dict[int, dict] = {}
         jax.monitoring.register_event_duration_secs_listener(self._duration)
         jax.monitoring.register_event_listener(self._event)
 
+    def _add(self, key: str, value: float) -> None:
+        with self._lock:
+            self.now[key] = self.now.get(key, 0.0) + value
+
     def _duration(self, event: str, seconds: float, **_) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.now["compiled"] += 1
-            self.now["compile_seconds"] += seconds
+        import threading
+
+        kind = self.SECONDS.get(event)
+        if kind is not None:
+            self._add(f"{kind}_seconds {threading.current_thread().name}", seconds)
+        if kind == "compile":
+            self._add("compiled", 1)
 
     def _event(self, event: str, **_) -> None:
         if event == "/jax/compilation_cache/cache_hits":
-            self.now["cache_loads"] += 1
+            self._add("cache_loads", 1)
 
     def __call__(self, r) -> None:
-        """The StepCallback: the programs since the last step ended."""
-        self.by_step[r.step] = {k: round(v - self._at_last_step[k], 2) for k, v in self.now.items()}
-        self._at_last_step = dict(self.now)
+        """The StepCallback: the programs and host seconds since the last step ended."""
+        with self._lock:
+            now, before, self._at_last_step = dict(self.now), self._at_last_step, dict(self.now)
+        self.by_step[r.step] = {k: round(v - before.get(k, 0), 2) for k, v in now.items()}
 
 
 def step_record(r, step_flops, programs: dict | None = None) -> dict:
@@ -356,7 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     a.out.write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
     for step, got in sorted(programs.by_step.items()):  # one line each, for bench.sh's summary
-        print(f"programs step {step}: {got['compiled']} compiled, {got['cache_loads']} from the cache")
+        host = ", ".join(f"{k} {v:.1f}" for k, v in sorted(got.items()) if "_seconds " in k and v >= 0.05)
+        print(
+            f"programs step {step}: {got['compiled']:.0f} compiled, {got['cache_loads']:.0f} from the cache; {host}"
+        )
     return 0
 
 
