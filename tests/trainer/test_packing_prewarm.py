@@ -1,6 +1,6 @@
 """The train step compiled beside the first rollout (``packing.prewarm``, issue 42): where a micro-batch's
-packed shape is known at start (token-budget chunks, no block-pair lists), the first train call finds the
-step compiled, by a thread that ran while Tunix's rollout thread sampled. Tested through Tunix's learner
+shape is known at start (the unpacked learner's always; the packed learner's with token-budget chunks and
+no block-pair lists), the first train call finds the step compiled, by a thread that ran while Tunix's rollout thread sampled. Tested through Tunix's learner
 loop (rollout thread, reference and old-policy passes, two updates), with JAX's own compile log: which
 thread compiled the train step, and how often. That the update is unchanged is
 ``test_packing_budget.py``'s dense case (the same learner with and without a budget, 1e-5).
@@ -17,6 +17,7 @@ import pytest
 from rljob_trainer.packing import prewarm
 from rljob_trainer.packing.learner import PackedGRPOLearner
 from rljob_trainer.packing.testing import grpo_config, length_reward, tiny_cluster
+from rljob_trainer.packing.unpacked import UnpackedGRPOLearner
 
 MAX_P, MAX_C, ROW = 8, 24, 64
 PROMPTS = np.array(["ab", "cde", "f", "ghij"])
@@ -58,6 +59,17 @@ def test_the_train_step_compiles_beside_the_first_rollout(compile_log):
     assert run.prewarm._thread is None  # the first train call waited for it
 
 
+def test_the_unpacked_learners_step_compiles_beside_the_first_rollout(compile_log):
+    """Packing off: the train step's input is Tunix's own micro-batch, one shape always (no budget)."""
+    cluster = tiny_cluster("qwen3", max_prompt=MAX_P, max_completion=MAX_C, mini_batch=2, beta=0.04)
+    run = UnpackedGRPOLearner(
+        rl_cluster=cluster, algo_config=grpo_config(num_iterations=2), reward_fns=[length_reward]
+    )
+    run.train([{"prompts": PROMPTS}])
+    assert compile_log("_train_step") == ["rljob-prewarm"]
+    assert run.prewarm is not None and run.prewarm.seconds is not None
+
+
 def test_without_it_the_trainer_compiles_the_step(compile_log, monkeypatch):
     """The same run with the switch off: the main thread compiles the step in step 1 (what the test above
     rules out)."""
@@ -79,7 +91,7 @@ def test_nothing_is_compiled_ahead_where_the_shape_depends_on_the_data(kwargs):
     sequences = prewarm.micro_batch_sequences(run)
     assert sequences == 4
     assert not prewarm.fixed_shape(run, sequences)
-    assert prewarm.Prewarm(run)._thread is None
+    assert prewarm.Prewarm(run, prewarm.packed_input)._thread is None
 
 
 def test_the_synthetic_micro_batch_has_the_learners_fields():

@@ -38,7 +38,7 @@ from rljob_trainer.packing.example import PackedLayout, PackedTrainExample, pack
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import packed_completion_logps
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn
-from rljob_trainer.packing.prewarm import Prewarm
+from rljob_trainer.packing.prewarm import Prewarm, packed_input, wait_before_training
 from rljob_trainer.packing.rows import ROW_FIELD, RowPlan, RowTooShortError, ShapeCache
 from rljob_trainer.packing.splash import splash_block
 
@@ -222,20 +222,12 @@ class PackedGRPOLearner(GRPOLearner):
         self._micro_sizes: list[int] = []
         self._planned: tuple[Any, Any, list[PackedLayout]] | None = None  # (prompts, completions, plans)
         self._install_packed_logps()
-        self.prewarm: Prewarm | None = None
-        update_actor = self.rl_cluster.update_actor
-
-        def update_actor_once_compiled(*args: Any, **kwargs: Any) -> Any:
-            if self.prewarm is not None:  # the train step compiling beside the first rollout
-                self.prewarm.wait()
-            return update_actor(*args, **kwargs)
-
-        self.rl_cluster.update_actor = update_actor_once_compiled
+        wait_before_training(self)  # the first update waits for ``self.prewarm``
 
     def train(self, *args: Any, **kwargs: Any) -> None:
         """Tunix's loop, with the train step compiled beside the first rollout where its shape is known
         (``prewarm``)."""
-        self.prewarm = Prewarm(self)
+        self.prewarm = Prewarm(self, packed_input)
         super().train(*args, **kwargs)
 
     def _install_packed_logps(self) -> None:

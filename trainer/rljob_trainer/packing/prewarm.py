@@ -6,16 +6,15 @@ Why: Tunix's main thread only trains. During step 1 it waits for the first rollo
 JAX's persistent cache. On one v5e chip (Qwen3-0.6B packed, 1 x 8 prompts, total 512, a warm cache) that
 train phase took 26.5 s of the 45.4-s first step, while the main thread had idled ~20 s before it.
 
-How: with token-budget chunks every micro-batch is padded to one chunk count (``chunks.max_chunks``), so
-the packed ``TrainExample`` the step receives has a shape known at start. A thread builds one from
-synthetic sequences of the longest length, puts it on the mesh as Tunix does (``shard_input``) and runs
+How: where the train step's input has one shape known at start, a thread builds it from a synthetic
+micro-batch of the longest sequences, puts it on the mesh as Tunix does (``shard_input``) and runs
 ``lower(...).compile()`` of the same ``nnx.jit`` Tunix calls. jax.jit's ``lower().compile()`` fills the
 caches its call uses (the traced jaxpr, the lowering, the executable), so the first real call runs the
-program at once. The first train call waits for the thread (``wait``), so nothing is traced twice.
-
-Only where the shape is a function of the config: chunks of a fixed count, and no block-sparse pair lists
-(their length depends on the data). Elsewhere nothing happens. A failure is a warning: the first step then
-compiles as it always did.
+program at once. The first train call waits for the thread (``wait_before_training``), so nothing is
+traced twice. The unpacked learner's input is Tunix's own ``[B, P + Tc]`` micro-batch: one shape always.
+The packed learner's is one shape with token-budget chunks (every micro-batch padded to
+``chunks.max_chunks``) and no block-sparse pair lists (their length follows the data): ``packed_input``.
+Elsewhere nothing happens. A failure is a warning: the first step then compiles as it always did.
 """
 
 from __future__ import annotations
@@ -23,12 +22,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
-from tunix.rl.common import TrainExample
+from tunix.rl.grpo.grpo_learner import TrainExample
 from tunix.sft import sharding_utils
 
 from rljob_trainer.packing.chunks import max_chunks
@@ -72,43 +72,73 @@ def synthetic_micro_batch(learner: Any, sequences: int) -> TrainExample:
 
 
 def fixed_shape(learner: Any, sequences: int) -> bool:
-    """Whether every micro-batch of ``sequences`` sequences reaches the train step in one shape."""
+    """Whether every packed micro-batch of ``sequences`` sequences reaches the train step in one shape."""
     if not learner.chunk_rows or learner.attention == "blocked":
         return False
     return max_chunks(sequences, learner.longest, learner.row_len, learner.chunk_rows) > 1
 
 
+def packed_input(learner: Any, sequences: int) -> Callable[[TrainExample], Any] | None:
+    """The packed learner's train-step input for a micro-batch (packed as training packs it, planned in a
+    scratch shape cache), or None where its shape depends on the data (``fixed_shape``)."""
+    if not fixed_shape(learner, sequences):
+        return None
+
+    def pack(example: TrainExample) -> Any:
+        layout = learner._plan(
+            *_sequence_arrays(example), shapes=ShapeCache(multiple_of=learner.row_multiple)
+        )
+        return learner.pack(example, layout)[0]
+
+    return pack
+
+
+def wait_before_training(learner: Any) -> None:
+    """Make the learner's first actor update wait for ``learner.prewarm`` (set by its ``train``): nothing is
+    traced twice. Installed at construction, under the instrumentation's timed wrapper, so the wait counts
+    in the train phase."""
+    learner.prewarm = None
+    update_actor = learner.rl_cluster.update_actor
+
+    def update_actor_once_compiled(*args: Any, **kwargs: Any) -> Any:
+        if learner.prewarm is not None:
+            learner.prewarm.wait()
+        return update_actor(*args, **kwargs)
+
+    learner.rl_cluster.update_actor = update_actor_once_compiled
+
+
 class Prewarm:
     """The thread that compiles the train step; ``wait`` before the first train call."""
 
-    def __init__(self, learner: Any) -> None:
+    def __init__(self, learner: Any, train_input: Callable[[Any, int], Callable | None]) -> None:
+        """``train_input(learner, sequences)``: how the learner turns a Tunix micro-batch into the train
+        step's input, or None where that input's shape depends on the data."""
         self.seconds: float | None = None  # how long the compile (or cache read) took, once done
         self._thread: threading.Thread | None = None
         sequences = micro_batch_sequences(learner)
-        if not ENABLED or sequences is None or not fixed_shape(learner, sequences):
+        to_input = train_input(learner, sequences) if ENABLED and sequences is not None else None
+        if to_input is None:
             log.info("prewarm: off (the train step's shape depends on the data); step 1 compiles it")
             return
         cluster, trainer = learner.rl_cluster, learner.rl_cluster.actor_trainer
         try:
-            jitted, packed = _step_and_input(learner, sequences)
+            jitted, inputs = _step_and_input(learner, sequences, to_input)
         except Exception as exc:  # never fail the run: step 1 compiles the step as it always did
             log.warning("prewarm: off, the synthetic micro-batch failed (%s); step 1 compiles the step", exc)
             return
-        chunks, rows, row_len = packed.tokens.shape
         log.info(
             "prewarm: compiling the train step beside the first rollout, for every micro-batch's one shape: "
-            "%d sequences in %d chunks of %d rows of %d tokens",
+            "%d sequences, %s",
             sequences,
-            chunks,
-            rows,
-            row_len,
+            " x ".join(str(d) for d in _rows(inputs).shape),
         )
 
         def compile_step() -> None:
             started = time.perf_counter()
             try:
                 with cluster._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):
-                    jitted.lower(trainer.model, trainer.optimizer, packed).compile()
+                    jitted.lower(trainer.model, trainer.optimizer, inputs).compile()
             except Exception as exc:  # never fail the run: step 1 compiles the step as it always did
                 log.warning("prewarm: the train step did not compile ahead (%s); step 1 compiles it", exc)
                 return
@@ -125,16 +155,15 @@ class Prewarm:
             self._thread = None
 
 
-def _step_and_input(learner: Any, sequences: int) -> tuple[Any, Any]:
-    """The ``nnx.jit`` Tunix's train calls, and a packed micro-batch of ``sequences`` sequences on the mesh."""
+def _step_and_input(learner: Any, sequences: int, to_input: Callable[[TrainExample], Any]) -> tuple[Any, Any]:
+    """The ``nnx.jit`` Tunix's train calls, and the input of a micro-batch of ``sequences`` sequences, on the
+    mesh as Tunix puts it there."""
     cluster, trainer = learner.rl_cluster, learner.rl_cluster.actor_trainer
     with cluster._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):  # as Tunix's update_actor
         step, _ = trainer.jit_train_and_eval_step(False, True)  # Tunix's train: cache_nnx_graph
-        example = synthetic_micro_batch(learner, sequences)
-        layout = learner._plan(*_sequence_arrays(example), shapes=_scratch(learner.row_multiple))
-        packed, _ = learner.pack(example, layout)
-        packed = sharding_utils.shard_input(packed, trainer.config.data_sharding_axis)
-    return getattr(step.func, "__wrapped__", step.func), packed  # nnx.cached_partial wraps the nnx.jit
+        example = to_input(synthetic_micro_batch(learner, sequences))
+        example = sharding_utils.shard_input(example, trainer.config.data_sharding_axis)
+    return getattr(step.func, "__wrapped__", step.func), example  # nnx.cached_partial wraps the nnx.jit
 
 
 def _sequence_arrays(example: TrainExample) -> tuple[np.ndarray, ...]:
@@ -144,6 +173,6 @@ def _sequence_arrays(example: TrainExample) -> tuple[np.ndarray, ...]:
     )
 
 
-def _scratch(row_multiple: int) -> ShapeCache:
-    """A throwaway shape cache: the synthetic plan must not add a bucket the run's micro-batches reuse."""
-    return ShapeCache(multiple_of=row_multiple)
+def _rows(inputs: Any) -> Any:
+    """The token rows of a train-step input: packed ``[C, Rc, L]`` (or ``[R, L]``), or Tunix's prompts."""
+    return inputs.tokens if hasattr(inputs, "tokens") else inputs.prompt_ids

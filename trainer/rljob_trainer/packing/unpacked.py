@@ -39,6 +39,7 @@ from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_a
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import unpacked_chunks, unpacked_completion_logps, unpacked_inputs
 from rljob_trainer.packing.loss import grpo_loss_from_logps, packed_per_token_logps
+from rljob_trainer.packing.prewarm import Prewarm, wait_before_training
 
 log = logging.getLogger(__name__)
 ATTENTION = "dense"  # Tunix's unpacked attention: a [B, L, L] causal mask over non-pad keys
@@ -159,6 +160,13 @@ class UnpackedGRPOLearner(GRPOLearner):
             make_unpacked_grpo_loss_fn(pad_id, vocab_chunk, self.per_chunk), has_aux=True
         )
         self._install_logps()
+        wait_before_training(self)  # the first update waits for ``self.prewarm``
+
+    def train(self, *args: Any, **kwargs: Any) -> None:
+        """Tunix's loop, with the train step compiled beside the first rollout (``prewarm``): its input is
+        Tunix's own micro-batch, one shape in every step."""
+        self.prewarm = Prewarm(self, lambda _learner, _sequences: lambda example: example)
+        super().train(*args, **kwargs)
 
     def _install_logps(self) -> None:
         """Replace the cluster's reference and old-policy calls (same signatures as Tunix's)."""
