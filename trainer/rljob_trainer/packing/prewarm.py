@@ -19,6 +19,7 @@ Elsewhere nothing happens. A failure is a warning: the first step then compiles 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -136,8 +137,11 @@ class Prewarm:
 
         def compile_step() -> None:
             started = time.perf_counter()
+            # the trainer's recorder (``instrument.Instrumented``), if any: the compile is the train phase's
+            recorder = getattr(learner, "recorder", None)
+            phase = recorder.attributed("train") if recorder is not None else contextlib.nullcontext()
             try:
-                with cluster._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):
+                with phase, cluster._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):
                     jitted.lower(trainer.model, trainer.optimizer, inputs).compile()
             except Exception as exc:  # never fail the run: step 1 compiles the step as it always did
                 log.warning("prewarm: the train step did not compile ahead (%s); step 1 compiles it", exc)

@@ -186,6 +186,17 @@ class StepRecorder:
                         was = self._current.hbm.get(name, (0, 0))
                         self._current.hbm[name] = (max(was[0], usage[0]), max(was[1], usage[1]))
 
+    @contextmanager
+    def attributed(self, name: str) -> Iterator[None]:
+        """Compiles in the calling thread count as phase ``name``'s, with no time recorded: a phase's
+        program compiled ahead in another thread (``packing.prewarm``: the train step beside the rollout)."""
+        outer = getattr(self._active, "phase", None)
+        self._active.phase = name
+        try:
+            yield
+        finally:
+            self._active.phase = outer
+
     def active_phase(self) -> str | None:
         """The phase the calling thread is in (None outside every phase: start-up, between phases). Tunix
         runs rollout and the reference/old passes in a worker thread and trains in the main thread, so
