@@ -171,12 +171,10 @@ class StepRecorder:
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase of the current step (nested calls of the same phase add up)."""
         start = time.perf_counter()
-        outer = getattr(self._active, "phase", None)
-        self._active.phase = name
         try:
-            yield
+            with self.attributed(name):
+                yield
         finally:
-            self._active.phase = outer
             usage = self.memory_probe() if self.memory_probe is not None else None
             with self._lock:
                 if self._current is not None:
