@@ -94,6 +94,11 @@ def packed_input(learner: Any, sequences: int) -> Callable[[TrainExample], Any] 
     return pack
 
 
+def unpacked_input(learner: Any, sequences: int) -> Callable[[TrainExample], Any]:
+    """The unpacked learner's train-step input: Tunix's own micro-batch, one shape always."""
+    return lambda example: example
+
+
 def wait_before_training(learner: Any) -> None:
     """Make the learner's first actor update wait for ``learner.prewarm`` (set by its ``train``): nothing is
     traced twice. Installed at construction, under the instrumentation's timed wrapper, so the wait counts

@@ -39,7 +39,7 @@ from rljob_trainer.packing.adapter import BLOCKED_FAMILIES, family_of, resolve_a
 from rljob_trainer.packing.head import auto_vocab_chunk
 from rljob_trainer.packing.logps import unpacked_chunks, unpacked_completion_logps, unpacked_inputs
 from rljob_trainer.packing.loss import grpo_loss_from_logps, packed_per_token_logps
-from rljob_trainer.packing.prewarm import Prewarm, wait_before_training
+from rljob_trainer.packing.prewarm import Prewarm, unpacked_input, wait_before_training
 
 log = logging.getLogger(__name__)
 ATTENTION = "dense"  # Tunix's unpacked attention: a [B, L, L] causal mask over non-pad keys
@@ -165,7 +165,7 @@ class UnpackedGRPOLearner(GRPOLearner):
     def train(self, *args: Any, **kwargs: Any) -> None:
         """Tunix's loop, with the train step compiled beside the first rollout (``prewarm``): its input is
         Tunix's own micro-batch, one shape in every step."""
-        self.prewarm = Prewarm(self, lambda _learner, _sequences: lambda example: example)
+        self.prewarm = Prewarm(self, unpacked_input)
         super().train(*args, **kwargs)
 
     def _install_logps(self) -> None:
