@@ -6,14 +6,17 @@ switched on while the call traces with a block dividing the row; by default each
 block up to the final norm and the head at completion columns only (``adapter.packed_hidden(splash=True)``). Here the very same Pallas
 kernel runs in interpret mode (``make_splash_mha(interpret=True)``), so its numerics are checked on CPU:
 packed per-token log-probs, the GRPO loss and its gradients equal Tunix's unpacked ones within 1e-5, with
-Tunix's causal mask over the row and with the mask narrowed to the longest sequence (``splash_window``).
+Tunix's causal mask over the row and with the mask narrowed to the longest sequence (``flash_attention``'s window).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -21,7 +24,7 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ke
 from rljob_trainer.packing.adapter import resolve_attention
 from rljob_trainer.packing.example import pack_train_example
 from rljob_trainer.packing.loss import make_packed_grpo_loss_fn, packed_per_token_logps
-from rljob_trainer.packing.splash import splash_block
+from rljob_trainer.packing.splash import flash_attention, splash_block
 from rljob_trainer.packing.testing import EOS_ID, PAD_ID, random_train_example, tiny_model
 from tunix.rl import common
 
@@ -90,7 +93,7 @@ def test_splash_grpo_loss_and_grads_equal_unpacked(grpo_case):
     ex = example(seed=2, prompts=[4, 3, 1], completions=[124, 90, 7])
     case = grpo_case("qwen3", ex, row=ROW, attention_block=None)
     assert case.plan.rows_used == 1
-    # window 128: the longest sequence (the trainer's default on rows longer than it; adapter.splash_window)
+    # window 128: the longest sequence (the trainer's default on rows longer than it; splash.flash_attention)
     case.assert_loss_and_grads_equal_unpacked(
         make_packed_grpo_loss_fn(attention="splash", block=128, window=128)
     )
@@ -103,3 +106,47 @@ def test_splash_block_divides_the_row_and_families():
     assert resolve_attention(tiny_model("qwen2"), "splash") == "splash"
     with pytest.raises(ValueError, match="does not support model family 'llama3'"):
         resolve_attention(tiny_model("llama3"), "splash")
+
+
+def test_flash_is_on_only_for_the_thread_tracing_the_packed_call():
+    """On the chip the train step traced by the prewarm thread beside the first rollout turned the shared
+    model's flash path on for the sampler's prefill, which failed (``q_block_size=1024 should divide
+    q_seq_len=384``). Here one thread holds ``flash_attention`` open (block 128, window 64) while this one
+    calls the model as the sampler's prefill does (16 tokens: splash would refuse them), and the two
+    threads leave in the other order than they came."""
+    model = tiny_model("qwen3", seed=1)
+    mask_lib = importlib.import_module(type(model).__module__)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(3, 100, (2, 16)), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(16), (2, 16))
+    causal = jnp.broadcast_to(jnp.tril(jnp.ones((16, 16), bool)), (2, 16, 16))
+    prefill = jax.jit(lambda m, t: m(t, positions, None, causal)[0])
+    want = np.asarray(prefill(model, tokens))
+    prefill = jax.jit(lambda m, t: m(t, positions, None, causal)[0])  # traced again, below
+    inside, leave = threading.Event(), threading.Event()
+    seen = {}
+
+    def packed_call() -> None:
+        with flash_attention(model, 128, 64):
+            seen["block"] = model.config.flash_attention_block_size
+            inside.set()
+            leave.wait(timeout=60)
+            seen["after_other_left"] = (
+                model.config.use_flash_attention,
+                model.config.flash_attention_block_size,
+            )
+            seen["mask"] = type(mask_lib.mask_lib.CausalMask((256, 256))).__name__
+
+    other = threading.Thread(target=packed_call)
+    with flash_attention(model, 256):
+        other.start()
+        assert inside.wait(timeout=60)
+        assert (model.config.use_flash_attention, model.config.flash_attention_block_size) == (True, 256)
+        assert type(mask_lib.mask_lib.CausalMask((256, 256))).__name__ == "CausalMask"  # no window here
+    assert not model.config.use_flash_attention  # the other thread is still inside
+    got = np.asarray(prefill(model, tokens))  # the sampler's prefill, traced now: Tunix's own attention
+    leave.set()
+    other.join(timeout=60)
+    assert seen == {"block": 128, "after_other_left": (True, 128), "mask": "LocalMask"}
+    assert np.array_equal(got, want)
+    assert (model.config.use_flash_attention, model.config.flash_attention_block_size) == (False, 1024)
+    assert type(mask_lib.mask_lib.CausalMask((16, 16))).__name__ == "CausalMask"

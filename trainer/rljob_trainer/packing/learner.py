@@ -194,7 +194,7 @@ class PackedGRPOLearner(GRPOLearner):
         self.vocab_chunk = vocab_chunk
         self.chunk_rows = rows_per_chunk(token_budget, row_tokens, row_multiple) if token_budget else 0
         self.longest = longest  # the longest sequence: bounds the rows a micro-batch can need
-        # splash: attend within the longest sequence, not the whole row (adapter.splash_window)
+        # splash: attend within the longest sequence, not the whole row (splash.flash_attention's window)
         self.window = longest if self.attention == "splash" and longest < row_tokens else 0
         if self.window:
             log.info(
