@@ -118,8 +118,8 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         "--splash-block",
         type=int,
         default=None,
-        help="packed arm: splash's query and key block (splash.splash_block: the largest of 1024/512/256/128 "
-        "dividing the row); a smaller one skips more of a window's masked positions (an A/B arm)",
+        help="packed arm: splash's query and key block (splash.splash_block: the first of 512/256/128 dividing "
+        "the row); a smaller one skips more of a window's masked positions (an A/B arm)",
     )
     p.add_argument(
         "--cprofile",

@@ -100,7 +100,7 @@ def test_splash_grpo_loss_and_grads_equal_unpacked(grpo_case):
 
 
 def test_splash_block_divides_the_row_and_families():
-    assert [splash_block(n) for n in (128, 384, 512, 1536, 8192)] == [128, 128, 512, 512, 1024]
+    assert [splash_block(n) for n in (128, 384, 512, 1536, 8192)] == [128, 128, 512, 512, 512]
     with pytest.raises(ValueError, match=r"maxSeqTokenPerTpu=200 must be a multiple of 128"):
         splash_block(200)
     assert resolve_attention(tiny_model("qwen2"), "splash") == "splash"
