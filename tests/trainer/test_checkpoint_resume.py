@@ -4,6 +4,12 @@
   step under way), exits 143; the restart resumes from exactly that step and ends with parameters IDENTICAL to an uninterrupted run with the same seed.
 * SIGKILL mid-run (no chance to save): the restart resumes from the last interval checkpoint, losing
   at most ``interval`` steps, and still ends identical.
+
+Every run here has JAX's persistent compilation cache on, as a restart on GKE has it (``compile_cache``:
+on by default), in one directory of this module's: the uninterrupted run compiles, the others load its
+programs, and a resume from loaded programs must end identical too. (The rest of the suite turns the
+cache off, tests/conftest.py; this module's directory is its own, so no other test changes what it
+sees.)
 """
 
 from __future__ import annotations
@@ -34,28 +40,35 @@ def _assert_same_params(a: Path, b: Path, step: int) -> None:
     assert not diff, f"parameters differ from the uninterrupted run: {diff[:5]}"
 
 
+CACHE_ON = {"JAX_ENABLE_COMPILATION_CACHE": "true"}
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+def _config(tmp: Path, cache: Path) -> Path:
+    """The same job in every run (seed, data, shapes), checkpointing under ``tmp``, the module's cache."""
+    doc = runs.manifest("ref", STEPS, ckpt_dir=tmp / "ckpt", interval=INTERVAL, port=procs.free_port())
+    doc["spec"]["compilationCache"] = {"directory": str(cache)}
+    return runs.write(tmp / "rljob.yaml", doc)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, compile_cache: Path) -> Path:
     """The uninterrupted run: its final checkpoint is the expected result."""
     tmp = tmp_path_factory.mktemp("reference")
-    config = runs.write(
-        tmp / "rljob.yaml",
-        runs.manifest("ref", STEPS, ckpt_dir=tmp / "ckpt", interval=INTERVAL, port=procs.free_port()),
-    )
-    rc, out = runs.run(config, "--log-every", "1")
+    rc, out = runs.run(_config(tmp, compile_cache), "--log-every", "1", **CACHE_ON)
     assert rc == 0, out
     assert _steps(out) == list(range(1, STEPS + 1))
     return tmp / "ckpt"
 
 
-def _interrupt(tmp: Path, after_step: int, sig: int) -> tuple[Path, Path, int, str]:
+def _interrupt(tmp: Path, cache: Path, after_step: int, sig: int) -> tuple[Path, Path, int, str]:
     """Start a run, send ``sig`` once ``after_step`` is printed; returns (config, ckpt dir, rc, output)."""
-    ckpt = tmp / "ckpt"
-    config = runs.write(
-        tmp / "rljob.yaml",
-        runs.manifest("ref", STEPS, ckpt_dir=ckpt, interval=INTERVAL, port=procs.free_port()),
-    )
-    proc = runs.start(config)
+    config = _config(tmp, cache)
+    proc = runs.start(config, **CACHE_ON)
     lines: list[str] = []
     try:
         assert runs.wait_for_line(proc, f"step {after_step:>4}/", lines, timeout=240), "".join(lines)
@@ -64,12 +77,14 @@ def _interrupt(tmp: Path, after_step: int, sig: int) -> tuple[Path, Path, int, s
     finally:
         if proc.poll() is None:
             proc.kill()
-    return config, ckpt, proc.returncode, "".join(lines) + rest
+    return config, tmp / "ckpt", proc.returncode, "".join(lines) + rest
 
 
 @pytest.mark.slow
-def test_sigterm_saves_the_step_and_resume_is_exact(tmp_path: Path, reference: Path) -> None:
-    config, ckpt, rc, out = _interrupt(tmp_path, after_step=3, sig=signal.SIGTERM)
+def test_sigterm_saves_the_step_and_resume_is_exact(
+    tmp_path: Path, reference: Path, compile_cache: Path
+) -> None:
+    config, ckpt, rc, out = _interrupt(tmp_path, compile_cache, after_step=3, sig=signal.SIGTERM)
     assert rc == 143, out
     done = _steps(out)
     stopped = done[-1]
@@ -82,7 +97,7 @@ def test_sigterm_saves_the_step_and_resume_is_exact(tmp_path: Path, reference: P
     ), out
     assert (ckpt / str(stopped)).is_dir(), "the SIGTERM step itself was saved: nothing lost"
 
-    rc, out2 = runs.run(config)
+    rc, out2 = runs.run(config, **CACHE_ON)
     assert rc == 0, out2
     assert f"resumed from step {stopped}" in out2
     assert _steps(out2) == list(range(stopped + 1, STEPS + 1))
@@ -90,13 +105,17 @@ def test_sigterm_saves_the_step_and_resume_is_exact(tmp_path: Path, reference: P
 
 
 @pytest.mark.slow
-def test_sigkill_loses_at_most_the_interval_and_resume_is_exact(tmp_path: Path, reference: Path) -> None:
-    config, ckpt, rc, out = _interrupt(tmp_path, after_step=2 * INTERVAL - 2, sig=signal.SIGKILL)
+def test_sigkill_loses_at_most_the_interval_and_resume_is_exact(
+    tmp_path: Path, reference: Path, compile_cache: Path
+) -> None:
+    config, ckpt, rc, out = _interrupt(
+        tmp_path, compile_cache, after_step=2 * INTERVAL - 2, sig=signal.SIGKILL
+    )
     assert rc == -signal.SIGKILL, out
     killed_after = _steps(out)[-1]
     assert killed_after < STEPS, out
 
-    rc, out2 = runs.run(config)
+    rc, out2 = runs.run(config, **CACHE_ON)
     assert rc == 0, out2
     resumed = int(re.search(r"resumed from step (\d+)", out2).group(1))  # type: ignore[union-attr]
     assert resumed % INTERVAL == 0 and 0 <= killed_after - resumed < INTERVAL
