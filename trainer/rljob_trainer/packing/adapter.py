@@ -4,13 +4,13 @@ Tunix 0.1.7's non-flash attention (CPU/GPU) never reads ``segment_ids`` and buil
 packed row handed to ``model(...)`` attends across sequences. The adapter picks, per backend:
 
 * ``splash`` (TPU, qwen3 / qwen2): the model's own call with ``segment_ids`` and, for that call only,
-  ``config.use_flash_attention`` on and ``config.flash_attention_block_size`` set to a block dividing the
-  row (``splash_block``), in the tracing thread only (``splash.flash_attention``). Tunix's flash path
-  runs Pallas splash attention with a causal mask and segment ids: exact, and it skips blocks where
-  segments do not meet. Why only for the packed call: the same model object is the vanilla sampler's, whose prefill passes a padding mask the flash path ignores
-  (left-padded prompts would attend to padding) and whose prompt length the block would have to divide.
-  For the head at completion columns, ``packed_hidden(splash=True)`` runs each layer's own attention
-  block the same way (flash on while it traces) and stops at the final norm.
+  ``config.use_flash_attention`` on and ``config.flash_attention_block_size`` set to a block dividing the row
+  (``splash_block``), in the tracing thread only (``splash.flash_attention``). Tunix's flash path runs Pallas
+  splash attention with a causal mask and segment ids: exact, and it skips blocks where segments do not meet.
+  Why only for the packed call: the same model object is the vanilla sampler's, whose prefill passes a padding
+  mask the flash path ignores (left-padded prompts would attend to padding) and whose prompt length the block
+  would have to divide. For the head at completion columns, ``packed_hidden(splash=True)`` runs each layer's
+  own attention block the same way (flash on while it traces) and stops at the final norm.
 * ``blocked`` (CPU/GPU, qwen3 / qwen2 / llama3): a forward pass that reuses the model's own modules
   (embedder, norms, projections, rope, MLP, head) layer by layer and swaps only the attention core for
   ``attention.blocked_attention`` (block-sparse, cost follows the segments).
