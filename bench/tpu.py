@@ -33,6 +33,7 @@ import os
 import pstats
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -171,8 +172,6 @@ class ProgramCounter:
     }
 
     def __init__(self) -> None:
-        import threading
-
         import jax.monitoring
 
         self._lock = threading.Lock()
@@ -187,8 +186,6 @@ class ProgramCounter:
             self.now[key] = self.now.get(key, 0.0) + value
 
     def _duration(self, event: str, seconds: float, **_) -> None:
-        import threading
-
         kind = self.SECONDS.get(event)
         if kind is not None:
             self._add(f"{kind}_seconds {threading.current_thread().name}", seconds)

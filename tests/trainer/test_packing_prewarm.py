@@ -1,9 +1,9 @@
 """The train step compiled beside the first rollout (``packing.prewarm``, issue 42): where a micro-batch's
-shape is known at start (the unpacked learner's always; the packed learner's with token-budget chunks and
-no block-pair lists), the first train call finds the step compiled, by a thread that ran while Tunix's rollout thread sampled. Tested through Tunix's learner
-loop (rollout thread, reference and old-policy passes, two updates), with JAX's own compile log: which
-thread compiled the train step, and how often. That the update is unchanged is
-``test_packing_budget.py``'s dense case (the same learner with and without a budget, 1e-5).
+shape is known at start (the unpacked learner's always; the packed learner's with token-budget chunks and no
+block-pair lists), the first train call finds the step compiled, by a thread that ran while Tunix's rollout
+thread sampled. Tested through Tunix's learner loop (rollout thread, reference and old-policy passes, two
+updates), with JAX's own compile log: which thread compiled the train step, and how often. That the update
+is unchanged is ``test_packing_budget.py``'s dense case (the same learner with and without a budget, 1e-5).
 """
 
 from __future__ import annotations

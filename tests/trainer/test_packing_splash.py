@@ -6,7 +6,8 @@ switched on while the call traces with a block dividing the row; by default each
 block up to the final norm and the head at completion columns only (``adapter.packed_hidden(splash=True)``). Here the very same Pallas
 kernel runs in interpret mode (``make_splash_mha(interpret=True)``), so its numerics are checked on CPU:
 packed per-token log-probs, the GRPO loss and its gradients equal Tunix's unpacked ones within 1e-5, with
-Tunix's causal mask over the row and with the mask narrowed to the longest sequence (``flash_attention``'s window).
+Tunix's causal mask over the row and with the mask narrowed to the longest sequence (``flash_attention``'s
+window).
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def test_flash_is_on_only_for_the_thread_tracing_the_packed_call():
     calls the model as the sampler's prefill does (16 tokens: splash would refuse them), and the two
     threads leave in the other order than they came."""
     model = tiny_model("qwen3", seed=1)
-    mask_lib = importlib.import_module(type(model).__module__)
+    module = importlib.import_module(type(model).__module__)  # Tunix's qwen3 model, its ``mask_lib``
     tokens = jnp.asarray(np.random.default_rng(0).integers(3, 100, (2, 16)), jnp.int32)
     positions = jnp.broadcast_to(jnp.arange(16), (2, 16))
     causal = jnp.broadcast_to(jnp.tril(jnp.ones((16, 16), bool)), (2, 16, 16))
@@ -134,14 +135,14 @@ def test_flash_is_on_only_for_the_thread_tracing_the_packed_call():
                 model.config.use_flash_attention,
                 model.config.flash_attention_block_size,
             )
-            seen["mask"] = type(mask_lib.mask_lib.CausalMask((256, 256))).__name__
+            seen["mask"] = type(module.mask_lib.CausalMask((256, 256))).__name__
 
     other = threading.Thread(target=packed_call)
     with flash_attention(model, 256):
         other.start()
         assert inside.wait(timeout=60)
         assert (model.config.use_flash_attention, model.config.flash_attention_block_size) == (True, 256)
-        assert type(mask_lib.mask_lib.CausalMask((256, 256))).__name__ == "CausalMask"  # no window here
+        assert type(module.mask_lib.CausalMask((256, 256))).__name__ == "CausalMask"  # no window here
     assert not model.config.use_flash_attention  # the other thread is still inside
     got = np.asarray(prefill(model, tokens))  # the sampler's prefill, traced now: Tunix's own attention
     leave.set()
@@ -149,4 +150,4 @@ def test_flash_is_on_only_for_the_thread_tracing_the_packed_call():
     assert seen == {"block": 128, "after_other_left": (True, 128), "mask": "LocalMask"}
     assert np.array_equal(got, want)
     assert (model.config.use_flash_attention, model.config.flash_attention_block_size) == (False, 1024)
-    assert type(mask_lib.mask_lib.CausalMask((16, 16))).__name__ == "CausalMask"
+    assert type(module.mask_lib.CausalMask((16, 16))).__name__ == "CausalMask"

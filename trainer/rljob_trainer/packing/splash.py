@@ -31,7 +31,8 @@ _CONFIG_CLASSES: dict[type, type] = {}
 
 
 def splash_block(row_len: int) -> int:
-    """The first of ``SPLASH_BLOCKS`` dividing a packed row (query and key); rows are multiples of 128 (API rule)."""
+    """The first of ``SPLASH_BLOCKS`` dividing a packed row (query and key block); rows are multiples of
+    128 (API rule)."""
     for block in SPLASH_BLOCKS:
         if row_len % block == 0:
             return block
@@ -65,7 +66,7 @@ def _thread_config_class(base: type) -> type:
 
 class _ThreadMasks:
     """Stands in for a model module's ``mask_lib``: ``CausalMask`` is causal within the calling thread's
-    window inside ``flash_attention`` (``splash_window``), Tunix's causal mask elsewhere."""
+    window inside ``flash_attention``, Tunix's causal mask elsewhere."""
 
     def __init__(self, masks: Any) -> None:
         self.masks = masks
