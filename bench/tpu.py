@@ -83,6 +83,13 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         "TPU scans them by default since 2026-12-06 23:00): an A/B arm",
     )
     p.add_argument(
+        "--save-dots",
+        choices=("mlp", "all"),
+        default=None,
+        help="the scanned layers keep these matmul outputs for the backward instead of recomputing them "
+        "(stack.SAVE_DOTS; default: none kept, every layer recomputed whole): an A/B arm",
+    )
+    p.add_argument(
         "--no-prewarm",
         action="store_true",
         help="packed arm: the train step compiled by step 1's train call, not beside the first rollout "
@@ -304,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         decode.KV_LAYOUT = None
     if a.unrolled_layers:
         stack.SCAN_LAYERS = False
+    if a.save_dots is not None:
+        stack.SAVE_DOTS = a.save_dots
     if a.no_prewarm:
         prewarm.ENABLED = False
     if a.decode_segments is not None:
@@ -359,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
         "scan_layers": stack.scans(),
+        "save_dots": stack.SAVE_DOTS,
         "prewarm": prewarm.ENABLED,
         "prewarm_seconds": getattr(getattr(learner, "prewarm", None), "seconds", None),
         "kv_layout": None if decode.KV_LAYOUT is None else list(decode.KV_LAYOUT.major_to_minor),

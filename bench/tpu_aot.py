@@ -341,6 +341,11 @@ def main() -> None:
         action="store_true",
         help="train: the packed layers in one lax.scan (stack.SCAN_LAYERS)",
     )
+    p.add_argument(
+        "--save-dots",
+        choices=("mlp", "all"),
+        help="train, with --scan-layers: the layers' matmul outputs kept for the backward (stack.SAVE_DOTS)",
+    )
     p.add_argument("--batch", type=int, default=32, help="sequences per sampler call")
     p.add_argument("--prompt", type=int, default=384)
     p.add_argument("--cache", type=int, default=1024, help="KV cache positions (prompt + completion)")
@@ -356,6 +361,7 @@ def main() -> None:
         from rljob_trainer.packing import stack
 
         stack.SCAN_LAYERS = args.scan_layers
+        stack.SAVE_DOTS = args.save_dots
         row = train_program(
             qwen3_0p6b(args.layers),
             args.sequences,

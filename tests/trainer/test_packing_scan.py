@@ -55,6 +55,39 @@ def test_scanned_layers_change_no_number(monkeypatch, family, remat, vocab_chunk
     assert all(np.abs(w).max() > 0 for w in want)  # every layer's weights have a gradient to compare
 
 
+@pytest.mark.parametrize("family, saved", [("qwen3", "mlp"), ("qwen3", "all"), ("llama3", "mlp")])
+def test_saved_matmuls_change_no_number(monkeypatch, family, saved):
+    """``stack.SAVE_DOTS``: the scanned layers keep matmul outputs for the backward instead of recomputing
+    them: the same loss and gradients as recomputing every layer whole, and the kept values are really
+    kept (the backward's recompute has fewer matmuls in the program)."""
+    model = tiny_model(family, num_layers=LAYERS)
+    ex = random_train_example([4, 2, 3, 1], [20, 5, 9, 13], max_prompt=4, max_completion=20, seed=1)
+    packed, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
+    monkeypatch.setattr(stack, "REMAT_LAYERS", True)
+    monkeypatch.setattr(stack, "SCAN_LAYERS", True)
+    monkeypatch.setattr(stack, "SAVE_DOTS", None)
+    want_loss, want, _ = _loss_and_grads(model, packed, 0)
+    recomputed = _dots(model, packed)
+    monkeypatch.setattr(stack, "SAVE_DOTS", saved)
+    loss, got, _ = _loss_and_grads(model, packed, 0)
+    kept = _dots(model, packed)
+    # "mlp" keeps the gate and up projections: two fewer matmuls recomputed a layer; "all" keeps q, k, v,
+    # o, gate and up (the down projection's output is never needed by the backward)
+    assert recomputed - kept == (2 if saved == "mlp" else 6), (recomputed, kept)
+    assert abs(loss - want_loss) <= 1e-5 * max(abs(want_loss), 1e-2)
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(g - w).max() <= 1e-5 * np.abs(w).max()
+
+
+def _dots(model, packed) -> int:
+    """Matmuls (``dot_general``) in the packed loss's gradient program: fewer when the scan's backward
+    recomputes fewer of them."""
+    graph, state = nnx.split(model)
+    fn = make_packed_grpo_loss_fn(attention="blocked", block=BLOCK, vocab_chunk=0)
+    grad = jax.grad(lambda st: fn(nnx.merge(graph, st), packed, grpo_config())[0])
+    return str(jax.make_jaxpr(grad)(state)).count("dot_general")
+
+
 def test_a_tpu_scans_by_default_and_cpu_unrolls(monkeypatch):
     """``SCAN_LAYERS`` None (the default): the layers scan on a TPU, where the chip timed it (docs/tpu.md,
     2026-12-06 22:25), and stay unrolled on CPU, where the trainer's own remat is what bounds memory."""

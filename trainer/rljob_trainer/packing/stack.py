@@ -28,11 +28,36 @@ REMAT_LAYERS = True
 # Unrolled elsewhere: on CPU the trainer's own remat (``checkpoint_layer``) is what keeps XLA's CPU
 # scheduler from holding every layer's activations.
 SCAN_LAYERS: bool | None = None
+# Where the layers scan, which matmul outputs each layer keeps for the backward pass instead of recomputing
+# them (issue 40: the recompute is the trainer's fourth forward-sized pass). None: none, every layer is
+# recomputed whole. "mlp": the MLP's gate and up projections (``2 F`` values a token a layer), the
+# largest share of the recompute. "all": every weight matmul's output
+# (``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``); the backward then recomputes only the
+# norms, the attention kernel's forward and elementwise work. Their HBM, compiled for v5e: see
+# ``memory.SAVED_BYTES``.
+SAVE_DOTS: str | None = None
 
 
 def scans() -> bool:
     """Whether the packed passes run their layers in one scan: ``SCAN_LAYERS``, or None: on a TPU."""
     return jax.default_backend() == "tpu" if SCAN_LAYERS is None else SCAN_LAYERS
+
+
+def saved_dots(hidden_dim: int) -> Callable[..., bool] | None:
+    """The ``jax.checkpoint`` policy of ``SAVE_DOTS`` for a model whose MLP is ``hidden_dim`` wide."""
+    if SAVE_DOTS is None:
+        return None
+    if SAVE_DOTS == "all":
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+
+    def mlp_in(prim: Any, *avals: Any, **params: Any) -> bool:
+        # ``nnx.Linear``: ``dot_general(x, kernel [in, out])``; the MLP's gate and up kernels are [D, F]
+        if prim is not jax.lax.dot_general_p or any(params["dimension_numbers"][1]):
+            return False
+        kernel = avals[1]
+        return kernel.ndim == 2 and kernel.shape[1] == hidden_dim
+
+    return mlp_in
 
 
 def decoder(
@@ -78,7 +103,7 @@ def decoder(
         # around XLA's CPU scheduler, leaks its integer closures into the splash kernel's lowering here).
         layer = functools.partial(one, graph=body[0][0], stop=False)
         if REMAT_LAYERS:
-            layer = jax.checkpoint(layer, prevent_cse=False)
+            layer = jax.checkpoint(layer, prevent_cse=False, policy=saved_dots(model.config.hidden_dim))
         stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(state for _, state in body))
         x, _ = jax.lax.scan(lambda h, state: (layer(state, h), None), x, stacked)
     else:
