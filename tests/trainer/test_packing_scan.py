@@ -55,7 +55,7 @@ def test_scanned_layers_change_no_number(monkeypatch, family, remat, vocab_chunk
     assert all(np.abs(w).max() > 0 for w in want)  # every layer's weights have a gradient to compare
 
 
-@pytest.mark.parametrize("family, saved", [("qwen3", "mlp"), ("qwen3", "all"), ("llama3", "mlp")])
+@pytest.mark.parametrize("family, saved", [("qwen3", "all"), ("llama3", "mlp")])
 def test_saved_matmuls_change_no_number(monkeypatch, family, saved):
     """``stack.SAVE_DOTS``: the scanned layers keep matmul outputs for the backward instead of recomputing
     them: the same loss and gradients as recomputing every layer whole, and the kept values are really

@@ -33,8 +33,10 @@ SCAN_LAYERS: bool | None = None
 # recomputed whole. "mlp": the MLP's gate and up projections (``2 F`` values a token a layer), the
 # largest share of the recompute. "all": every weight matmul's output
 # (``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``); the backward then recomputes only the
-# norms, the attention kernel's forward and elementwise work. Their HBM, compiled for v5e: see
-# ``memory.SAVED_BYTES``.
+# norms, the attention kernel's forward and elementwise work. Off by default: on the chip (docs/tpu.md,
+# 2026-12-07 08:05) "all" made the v5e example's train phase 4% faster (5.08 / 5.45 -> 4.87 / 5.24 s) for
+# temporaries of 10.39 instead of 4.56 GiB a one-row chunk (compiled for v5e), which the token budget
+# does not plan for.
 SAVE_DOTS: str | None = None
 
 
