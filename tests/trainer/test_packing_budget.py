@@ -158,9 +158,15 @@ def test_max_chunks_bounds_any_micro_batch():
 
 
 def test_rows_per_chunk():
-    assert rows_per_chunk(8192, 2048) == 4
-    assert rows_per_chunk(8192, 2048, row_multiple=4) == 16  # per chip, over 4 data-parallel chips
+    # as few rows as hold chunks.MIN_CHUNK_TOKENS (2,048), at most the budget's
+    assert rows_per_chunk(8192, 512) == 4
+    assert rows_per_chunk(8192, 512, row_multiple=4) == 16  # per chip, over 4 data-parallel chips
+    assert rows_per_chunk(1000, 256) == 3  # the budget holds fewer
     assert rows_per_chunk(1000, 2048) == 1  # a row is the least a chip can hold
+    # issue 40's small shape on the chip: a budget of 4 rows of 2,048 made chunks of 4 for micro-batches
+    # using 2, computing 2 empty rows every pass; one row a chunk computes only the rows used
+    assert rows_per_chunk(4 * 2048, 2048) == 1
+    assert rows_per_chunk(18_524, 8192) == 1
 
 
 def test_token_budget_requested_or_from_free_hbm(monkeypatch):

@@ -23,9 +23,20 @@ from rljob_trainer.packing.rows import balance_rows, row_costs
 log = logging.getLogger(__name__)
 
 
+# The fewest tokens a chunk holds per chip where the budget allows more than one row. Why not as many rows
+# as the budget allows: a chunk holding no row is skipped, but a chunk's empty rows are computed, so a
+# micro-batch using u rows computes ceil(u / r) * r of them. On the chip (docs/tpu.md, 2026-12-07 08:05)
+# issue 40's small shape (8 sequences of up to 512 tokens, rows of 2,048) had chunks of 4 rows for the 2
+# a micro-batch uses: 8,192 slots computed for 2,936 real tokens. Each chunk also pays a fixed cost (its
+# float32 gradient added to the sum, the weights read in each of its passes: ~10 ms at Qwen3-0.6B on
+# v5e, against ~110 ms for a row of 2,048), which is what makes rows much shorter than this worth grouping.
+MIN_CHUNK_TOKENS = 2048
+
+
 def rows_per_chunk(budget_tokens: int, row_len: int, row_multiple: int = 1) -> int:
-    """Rows of one chunk: ``budget_tokens`` per chip over ``row_multiple`` data-parallel chips, whole
-    rows, at least one row per chip (a row must hold the longest sequence)."""
+    """Rows of one chunk per chip: as few as hold ``MIN_CHUNK_TOKENS`` (at least one: a row must hold the
+    longest sequence), at most what ``budget_tokens`` per chip holds; times ``row_multiple``, the
+    data-parallel chips."""
     per_chip = budget_tokens // row_len
     if per_chip < 1:
         log.warning(
@@ -33,7 +44,7 @@ def rows_per_chunk(budget_tokens: int, row_len: int, row_multiple: int = 1) -> i
             budget_tokens,
             row_len,
         )
-    return max(1, per_chip) * row_multiple
+    return max(1, min(per_chip, math.ceil(MIN_CHUNK_TOKENS / row_len))) * row_multiple
 
 
 def max_chunks(sequences: int, longest: int, row_len: int, rows: int) -> int:
