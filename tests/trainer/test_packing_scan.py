@@ -35,10 +35,17 @@ def _loss_and_grads(model, packed, vocab_chunk: int) -> tuple[np.ndarray, list[n
 
 
 @pytest.mark.parametrize(
-    "family, remat, vocab_chunk",
-    [("qwen3", True, 0), ("qwen3", True, 24), ("qwen2", False, 24), ("llama3", True, 0)],
+    "family, remat, vocab_chunk, saved",
+    [
+        ("qwen3", True, 0, "all"),
+        ("qwen3", True, 24, None),
+        ("qwen2", False, 24, None),
+        ("llama3", True, 0, "mlp"),
+    ],
 )
-def test_scanned_layers_change_no_number(monkeypatch, family, remat, vocab_chunk):
+def test_scanned_layers_change_no_number(monkeypatch, family, remat, vocab_chunk, saved):
+    """The layers in a scan compute what the unrolled layers do; with ``saved`` (``stack.SAVE_DOTS``) the
+    scan's backward also recomputes fewer matmuls, keeping their outputs from the forward instead."""
     model = tiny_model(family, num_layers=LAYERS)
     ex = random_train_example([4, 2, 3, 1], [20, 5, 9, 13], max_prompt=4, max_completion=20, seed=1)
     packed, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
@@ -46,6 +53,12 @@ def test_scanned_layers_change_no_number(monkeypatch, family, remat, vocab_chunk
     monkeypatch.setattr(stack, "SCAN_LAYERS", False)
     want_loss, want, unrolled_scans = _loss_and_grads(model, packed, vocab_chunk)
     monkeypatch.setattr(stack, "SCAN_LAYERS", True)
+    if saved:
+        recomputed = _dots(model, packed)
+        monkeypatch.setattr(stack, "SAVE_DOTS", saved)
+        # "mlp" keeps the gate and up projections: two fewer matmuls recomputed a layer; "all" keeps q, k,
+        # v, o, gate and up (the down projection's output is never needed by the backward)
+        assert recomputed - _dots(model, packed) == (2 if saved == "mlp" else 6)
     loss, got, scans = _loss_and_grads(model, packed, vocab_chunk)
     assert scans > unrolled_scans, (scans, unrolled_scans)  # the layers did run in a scan
     assert abs(loss - want_loss) <= 1e-5 * max(abs(want_loss), 1e-2)
@@ -53,30 +66,6 @@ def test_scanned_layers_change_no_number(monkeypatch, family, remat, vocab_chunk
     for g, w in zip(got, want, strict=True):
         assert np.abs(g - w).max() <= 1e-5 * np.abs(w).max()
     assert all(np.abs(w).max() > 0 for w in want)  # every layer's weights have a gradient to compare
-
-
-@pytest.mark.parametrize("family, saved", [("qwen3", "all"), ("llama3", "mlp")])
-def test_saved_matmuls_change_no_number(monkeypatch, family, saved):
-    """``stack.SAVE_DOTS``: the scanned layers keep matmul outputs for the backward instead of recomputing
-    them: the same loss and gradients as recomputing every layer whole, and the kept values are really
-    kept (the backward's recompute has fewer matmuls in the program)."""
-    model = tiny_model(family, num_layers=LAYERS)
-    ex = random_train_example([4, 2, 3, 1], [20, 5, 9, 13], max_prompt=4, max_completion=20, seed=1)
-    packed, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, attention_block=BLOCK)
-    monkeypatch.setattr(stack, "REMAT_LAYERS", True)
-    monkeypatch.setattr(stack, "SCAN_LAYERS", True)
-    monkeypatch.setattr(stack, "SAVE_DOTS", None)
-    want_loss, want, _ = _loss_and_grads(model, packed, 0)
-    recomputed = _dots(model, packed)
-    monkeypatch.setattr(stack, "SAVE_DOTS", saved)
-    loss, got, _ = _loss_and_grads(model, packed, 0)
-    kept = _dots(model, packed)
-    # "mlp" keeps the gate and up projections: two fewer matmuls recomputed a layer; "all" keeps q, k, v,
-    # o, gate and up (the down projection's output is never needed by the backward)
-    assert recomputed - kept == (2 if saved == "mlp" else 6), (recomputed, kept)
-    assert abs(loss - want_loss) <= 1e-5 * max(abs(want_loss), 1e-2)
-    for g, w in zip(got, want, strict=True):
-        assert np.abs(g - w).max() <= 1e-5 * np.abs(w).max()
 
 
 def _dots(model, packed) -> int:
