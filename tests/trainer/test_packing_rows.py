@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rljob_trainer.packing import rows as rows_module
 from rljob_trainer.packing.rows import (
     ROW_FIELD,
     RowTooShortError,
     bucket_rows,
+    fill_rows,
     pack_rows,
     plan_rows,
     unpack,
@@ -81,6 +83,36 @@ def test_best_fit_beats_next_fit_on_grpo_shapes():
     lengths = np.clip(rng.gamma(2.0, 0.18 * 1024, size=256).astype(int) + 12, 13, 1024)
     plan = plan_rows(lengths, 1024)
     assert plan.utilization >= 0.97
+
+
+def test_rows_tightly_filled_where_best_fit_needs_one_more(monkeypatch):
+    """The chip's case (docs/tpu.md, 2026-12-07 08:05): 64 sequences of the v5e example's lengths (prompt
+    150-384, completion 200-640) holding 4.96 rows of 8,192 tokens; best-fit decreasing alone uses 6 rows
+    (the sixth a one-row chunk of mostly padding on a TPU), ``fill_rows`` finds 5."""
+    rng = np.random.default_rng(223)
+    lengths = rng.integers(150, 385, 64) + rng.integers(200, 641, 64)
+    assert 4.9 < lengths.sum() / 8192 < 5
+    monkeypatch.setattr(rows_module, "FILL_LIMIT", 0)  # best-fit alone
+    assert plan_rows(lengths, 8192).rows_used == 6
+    monkeypatch.undo()
+    plan = plan_rows(lengths, 8192)
+    assert plan.rows_used == 5 and plan.utilization > 0.99
+    seqs = [np.full(n, i + 1, dtype=np.int32) for i, n in enumerate(lengths)]
+    assert all(
+        np.array_equal(a, b) for a, b in zip(unpack(plan, pack_rows(plan, seqs).tokens), seqs, strict=True)
+    )
+
+
+def test_fill_rows_says_when_it_finds_no_fill():
+    # three sequences of 5 in rows of 8: 15 tokens fit two rows' 16 slots, but no two sequences share a row
+    assert fill_rows(np.array([5, 5, 5]), 8, 2) is None
+    assert plan_rows([5, 5, 5], 8).rows_used == 3  # best-fit's plan stays
+    row, offset, segment = fill_rows(np.array([3, 5, 0, 4, 4]), 8, 2)
+    # the first row takes the fullest subset (the two 4s: 8), the last the rest (5 then 3: longest first);
+    # a sequence of 0 tokens is placed nowhere (row 0, segment 0), as best-fit leaves it
+    assert row.tolist() == [1, 1, 0, 0, 0]
+    assert offset.tolist() == [5, 0, 0, 0, 4]
+    assert segment.tolist() == [2, 1, 0, 1, 2]
 
 
 def test_too_long_sequence_raises_naming_the_field():
