@@ -148,6 +148,13 @@ def test_chunk_layout_keeps_every_sequence_whole_in_one_chunk():
     assert padded.tokens.shape == (count + 2, 2, ROW) and not padded.part[count:].any()
     assert not padded.tokens[count:].any() and not padded.completion_index[count:].any()
     assert np.array_equal(padded.tokens[:count], out.tokens)
+    # the rows the passes compute (the packing stats' "compute" figure): the used chunks' rows, the empty
+    # rows of a used chunk included, the padding chunks not (skipped at run time)
+    rows = -(-layout.plan.rows_used // 2) * 2
+    assert padded.computed_rows == out.computed_rows == rows
+    assert layout.computed_rows == layout.plan.num_rows
+    wide = chunk_layout(layout, 6, count=2, row_multiple=2, attention_block=8)  # 4 rows used
+    assert layout.plan.rows_used == 4 and wide.computed_rows == 6
 
 
 def test_max_chunks_bounds_any_micro_batch():

@@ -132,6 +132,15 @@ class PackedLayout:
     stream: tuple[np.ndarray, np.ndarray] | None = None  # rows.token_stream: (index, of_slot)
     part: np.ndarray | None = None  # chunks.chunk_layout: [C, B], the row fields stacked per chunk
 
+    @property
+    def computed_rows(self) -> int:
+        """Rows the passes compute: the plan's (its bucket's empty rows included), or with token-budget
+        chunks the rows of the chunks holding a sequence (a chunk holding none is skipped at run time, a
+        used chunk's empty rows are not)."""
+        if self.part is None:
+            return self.plan.num_rows
+        return int(np.asarray(self.part).any(axis=1).sum()) * int(self.tokens.shape[1])
+
     def device_rows(self) -> dict[str, jax.Array]:
         """The model inputs as device arrays, keyed like ``PackedTrainExample``'s fields."""
         out = {

@@ -60,12 +60,14 @@ class PackingStats:
     host_seconds: float = 0.0  # row planning, index building and host-to-device transfers, all passes
     streamed: int = 0  # micro-batches whose per-token layers ran on the token stream (skipped a row)
 
-    def add(self, plan: RowPlan) -> None:
+    def add(self, plan: RowPlan, computed_rows: int | None = None) -> None:
+        """One micro-batch; ``computed_rows`` (``PackedLayout.computed_rows``): what its passes compute,
+        where that is not the plan's row count (token-budget chunks)."""
         self.micro_batches += 1
         self.sequences += int(plan.length.size)
         self.real_tokens += plan.real_tokens
         self.rows_used += plan.rows_used
-        self.rows_padded += plan.num_rows
+        self.rows_padded += plan.num_rows if computed_rows is None else computed_rows
         self.row_len = plan.row_len
         self.last_utilization = plan.utilization
 
@@ -76,7 +78,8 @@ class PackingStats:
 
     @property
     def padded_utilization(self) -> float:
-        """Real tokens / slots of all rows incl. the bucket's empty ones (what the compute sees)."""
+        """Real tokens / slots of the rows computed: the bucket's empty rows included, with token-budget
+        chunks the used chunks' rows (what the compute sees)."""
         return self.real_tokens / max(1, self.rows_padded * self.row_len)
 
 
@@ -351,7 +354,7 @@ class PackedGRPOLearner(GRPOLearner):
             ex, plan = self.pack(example, layout)
             packed.append(ex)
             if mode == rl_cluster_lib.Mode.TRAIN:
-                self.packing_stats.add(plan)
+                self.packing_stats.add(plan, layout.computed_rows)
                 self.packing_stats.last_shard_imbalance = layout.shard_imbalance
                 self.packing_stats.streamed += layout.stream is not None
             self.rl_cluster.buffer_metrics(
