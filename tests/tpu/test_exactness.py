@@ -60,4 +60,5 @@ def test_packing_is_exact_on_the_chip(record) -> None:
         },
     )
     assert res["rc"] == 0, res["stdout"][-4000:] + res["stderr_tail"]
-    assert rows and all(r["err"] < r["tol"] for r in rows)
+    assert rows or SELECT, "no comparison logged"  # a selection may hold only tests that compare exactly
+    assert all(r["err"] < r["tol"] for r in rows)
