@@ -235,11 +235,11 @@ def fill_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``(row, offset, segment)`` placing every sequence in ``rows`` rows, or None where this finds none.
 
-    Why: best-fit decreasing needs a row more than the tokens do whenever the rows must be filled
-    tightly. On the chip (docs/tpu.md, 2026-12-07 08:05) the v5e example's mini-batches of 64 sequences
-    hold ~47.8 K tokens, 5.84 rows of 8,192; best-fit packed them in 7 rows at step 3, and with one-row
-    token-budget chunks each row is a chunk computed in full: a seventh row of 14% more train time
-    holding 84% padding. Here each row but the last takes the fullest subset of the sequences left (a 0/1
+    Why: best-fit decreasing sometimes needs a row more than the tokens do where the rows must be filled
+    tightly, and with one-row token-budget chunks each row is a chunk computed in full (a mini-batch of
+    5.84 rows of tokens in 7 rows: 14% more train time). Where the sequence count binds instead (the v5e
+    example's ~752-token sequences on the chip: 10 a row of 8,192, so 64 need 7) no packing in fewer
+    exists and this returns None. Here each row but the last takes the fullest subset of the sequences left (a 0/1
     knapsack over their lengths, as bit sets: bit ``s`` of ``reach[j]`` is set when some of the first
     ``j`` sequences sum to ``s`` tokens); the last row takes the rest if they fit. Within a row the
     sequences are placed longest first, as best-fit places them.
