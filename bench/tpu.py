@@ -102,6 +102,18 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="pieces of the decode loop (decode.SEGMENTS; 1: one loop over the whole cache, as Tunix's)",
     )
     p.add_argument(
+        "--bounded-decode",
+        action="store_true",
+        help="decode steps attend the filled cache positions only (decode.BOUNDED, "
+        "decode_attention.BLOCK positions a block): an A/B arm",
+    )
+    p.add_argument(
+        "--decode-block",
+        type=int,
+        default=None,
+        help="with --bounded-decode: positions a block (decode_attention.BLOCK)",
+    )
+    p.add_argument(
         "--rollout-share",
         type=float,
         default=None,
@@ -290,7 +302,7 @@ def _packed_overrides(vocab_chunk: int | None, block: int | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = args_of(argv)
     import jax
-    from rljob_trainer import decode, memory
+    from rljob_trainer import decode, decode_attention, memory
     from rljob_trainer.packing import prewarm, stack
     from rljob_trainer.run import compile_cache
     from rljob_trainer.run import main as trainer_main
@@ -317,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         prewarm.ENABLED = False
     if a.decode_segments is not None:
         decode.SEGMENTS = a.decode_segments
+    decode.BOUNDED = a.bounded_decode
+    if a.decode_block is not None:
+        decode_attention.BLOCK = a.decode_block
     if a.rollout_share is not None:
         memory.ROLLOUT_SHARE = a.rollout_share
     if a.decode_temporaries is not None:
@@ -367,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         else memory.DECODE_TEMPORARY_CACHES,
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
+        "bounded_decode_block": decode_attention.BLOCK if decode.BOUNDED else None,
         "scan_layers": stack.scans(),
         "save_dots": stack.SAVE_DOTS,
         "prewarm": prewarm.ENABLED,

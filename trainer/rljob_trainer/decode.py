@@ -26,6 +26,10 @@ fast decoding can be (issue 41).
   temporaries 0.29 GiB, no whole-cache copy (``bench/tpu_aot.py decode``). Only the physical order
   changes; every number is the same. One device only (``sole_device``): on a mesh the cache keeps
   Tunix's layout.
+* **Attending the filled positions only** (``BOUNDED``, ``decode_attention``; qwen3, qwen2, llama3): each
+  decode step's attention loops over the cache in blocks up to the last filled position instead of an
+  einsum over the whole cache; compiled for v5e, the blocks are read in place (``bench/tpu_aot.py decode
+  --arm bounded``). Off by default until the chip has timed it.
 * **Timed** (``timed``): each prefill and decode call waited on and reported with its loop iterations,
   so every step says its decode time per iteration (``rljob_trainer_sampler_seconds_total``,
   ``rljob_trainer_decode_steps_total``; ``bench/tpu.py``'s ``decode_ms_per_iteration``) without a profile.
@@ -47,6 +51,8 @@ import jax.numpy as jnp
 from jax.experimental.layout import Format, Layout
 from tunix.generate import sampler as sampler_lib
 
+from rljob_trainer import decode_attention
+
 # Pieces of the decode loop (see the module docstring); 1 is Tunix's loop over the whole cache. Not on by
 # default: compiled for v5e (bench/tpu_aot.py, 32 sequences x 1,024 positions) four pieces read 28% less
 # of the cache a step but need 2.36 GB more HBM at their peak, which halves the sampler call wherever its
@@ -54,6 +60,10 @@ from tunix.generate import sampler as sampler_lib
 # leaves room (2 x 8 at 768 positions) the chip has yet to say whether it pays (``bench/tpu.py
 # --decode-segments 4``).
 SEGMENTS = 1
+
+# The decode step's attention over the filled cache positions only (``decode_attention``; qwen3, qwen2,
+# llama3). Off by default until the chip has timed it (``bench/tpu.py --bounded-decode``).
+BOUNDED = False
 
 # XLA TPU's memory space assignment otherwise moves each layer's key (or value) cache, 64 MiB at 32
 # sequences x 1,024 positions, into the chip's fast on-core memory for the attention that reads it, and
@@ -223,6 +233,8 @@ class Installed:
     needs no whole-cache copies beside its cache (``memory.rollout_prompts`` sizes the call by it)."""
 
     kv_layout: bool
+    # the decode steps attend the filled cache positions only (``BOUNDED``, ``decode_attention``)
+    bounded: bool = False
 
 
 def install(
@@ -238,6 +250,12 @@ def install(
         return None
     options = DECODE_COMPILER_OPTIONS if jax.default_backend() == "tpu" else {}
     decode = functools.partial(segmented_decode, sampler, segments=segments)
+    bounded = BOUNDED and type(sampler.transformer).__module__ in {
+        f"tunix.models.{family}.model" for family in decode_attention.FAMILIES
+    }
+    if bounded:
+        decode_attention.install()
+        decode = traced_bounded(decode)
     device = sole_device(sampler._flattened_transformer_state)
     kv_layout = KV_LAYOUT is not None and device is not None
     if not kv_layout:
@@ -248,4 +266,15 @@ def install(
     if timing is not None:
         sampler._compiled_prefill_fn = timed(sampler._compiled_prefill_fn, "prefill", timing)
         sampler._compiled_decode_fn = timed(sampler._compiled_decode_fn, "decode", timing)
-    return Installed(kv_layout=kv_layout)
+    return Installed(kv_layout=kv_layout, bounded=bounded)
+
+
+def traced_bounded(decode: Callable[..., Any]) -> Callable[..., Any]:
+    """``decode`` traced with ``decode_attention.bounded`` on (jit traces it in the calling thread)."""
+
+    @functools.wraps(decode)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with decode_attention.bounded():
+            return decode(*args, **kwargs)
+
+    return run

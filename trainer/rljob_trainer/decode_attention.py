@@ -1,0 +1,188 @@
+"""A decode step's attention that reads only the cache positions filled so far (issue 41).
+
+Tunix's sampler decodes every sequence of a call in lockstep, and each decode step's attention is an
+einsum over the whole cache (``prompt + completion`` positions) with a mask over the positions not yet
+written. The cache is most of the bytes a decode step reads (7.5 of 8.7 GB a step at the v5e example's
+64 sequences x 1,024 positions of Qwen3-0.6B), while at step ``t`` only the first ``prompt + t + 1``
+positions can hold keys and values (69% of the cache on average there).
+
+``bounded_attention`` computes the same attention in blocks of ``BLOCK`` positions, looping over as many
+blocks as hold filled positions (a loop with a bound known on the device, so one compiled program serves
+every step): the scores of those blocks into a buffer that starts as Tunix's masked value, Tunix's
+softmax over the whole (small) score buffer, then the weighted values of the same blocks, summed in
+float32. Positions past the filled ones are never read. Compiled for v5e (``bench/tpu_aot.py decode``),
+XLA fuses each block's slice into the matmul that reads it: no copy of a block or of the cache.
+
+The numbers: every score is Tunix's (the same products and scale, the same mask value) and so is the
+softmax, which sees Tunix's masked value at every position Tunix masks; only the sum over positions runs
+per block, so the output may differ from Tunix's in the last bit (the tokens and log-probs of
+``tests/trainer/test_decode_attention.py``).
+
+``install`` swaps the decode step's attention of the families that share Tunix's grouped-query core
+(qwen3, qwen2, llama3) for this one, only while ``bounded`` is on in the calling thread (the sampler's
+decode program is traced inside it; the prefill, the learner and the prewarm thread keep Tunix's block).
+Off by default (``decode.BOUNDED``) until the chip has timed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+# Positions a block holds (the largest power of two at most this that divides the cache's size: see
+# ``block_size``). Smaller blocks read less past the filled positions and loop more: at the v5e example
+# (prompt 384, cache 1,024) blocks of 128 read 75% of the cache on average, of 256 80%, of 512 90%.
+BLOCK = 128
+# Tunix's masked score (every family's ``K_MASK``)
+K_MASK = -2.3819763e38
+# The families whose attention module has Tunix's grouped-query core (gemma3 adds a sliding window and
+# logit soft-capping: it keeps Tunix's decode).
+FAMILIES = ("qwen3", "qwen2", "llama3")
+
+_ON = threading.local()
+
+
+def block_size(cache_size: int, block: int | None = None) -> int:
+    """The largest power of two at most ``block`` (``BLOCK``) dividing ``cache_size``; 1 at worst."""
+    size = BLOCK if block is None else block
+    while cache_size % size:
+        size //= 2
+    return size
+
+
+def bounded_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None, end: jax.Array, scale: float
+) -> jax.Array:
+    """Tunix's decode attention over positions ``[0, end)`` of the cache only.
+
+    ``q`` ``[B, T, N, H]`` (the step's queries, rotated), ``k`` / ``v`` ``[B, S, K, H]`` (the caches,
+    this step's key and value written), ``mask`` ``[B, T, S]`` (Tunix's: True where a query may attend),
+    ``end`` a scalar: every position the mask allows is below it. Returns ``[B, T, N, H]``.
+    """
+    b, t, n, h = q.shape
+    s, kh = k.shape[1], k.shape[2]
+    block = block_size(s)
+    q = q.reshape(b, t, kh, n // kh, h)
+    blocks = (end + block - 1) // block
+
+    def score(i: jax.Array, scores: jax.Array) -> jax.Array:
+        kb = jax.lax.dynamic_slice_in_dim(k, i * block, block, axis=1)
+        part = jnp.einsum("BTHGD,BSHD->BHGTS", q, kb) * scale
+        if mask is not None:
+            mb = jax.lax.dynamic_slice_in_dim(mask, i * block, block, axis=2)
+            part = jnp.where(mb[:, None, None, :, :], part, K_MASK)
+        return jax.lax.dynamic_update_slice_in_dim(scores, part.astype(scores.dtype), i * block, axis=4)
+
+    dtype = jnp.result_type(q.dtype, k.dtype)
+    scores = jax.lax.fori_loop(0, blocks, score, jnp.full((b, kh, n // kh, t, s), K_MASK, dtype))
+    probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(k.dtype)
+
+    def weigh(i: jax.Array, out: jax.Array) -> jax.Array:
+        vb = jax.lax.dynamic_slice_in_dim(v, i * block, block, axis=1)
+        pb = jax.lax.dynamic_slice_in_dim(probs, i * block, block, axis=4)
+        return out + jnp.einsum("BHGTS,BSHD->BTHGD", pb, vb, preferred_element_type=jnp.float32)
+
+    out = jax.lax.fori_loop(0, blocks, weigh, jnp.zeros((b, t, kh, n // kh, h), jnp.float32))
+    return out.astype(jnp.result_type(probs.dtype, v.dtype)).reshape(b, t, n, h)
+
+
+def decode_step(
+    attn: Any, q: jax.Array, k: jax.Array, v: jax.Array, cache: dict[str, jax.Array], mask: jax.Array | None
+) -> tuple[dict[str, jax.Array], jax.Array]:
+    """A decode step's attention block after the projections, as Tunix's: this step's key and value
+    written at ``end_index``, the attention over the filled positions, ``o_proj``; the new cache."""
+    end_index = cache["end_index"][0]
+    at = (0, end_index % cache["v"].shape[1], 0, 0)
+    k_cache = jax.lax.dynamic_update_slice(cache["k"], k, at)
+    v_cache = jax.lax.dynamic_update_slice(cache["v"], v, at)
+    end = jnp.minimum(end_index + q.shape[1], k_cache.shape[1])
+    out = attn.o_proj(bounded_attention(q, k_cache, v_cache, mask, end, attn.scale))
+    return {"v": v_cache, "k": k_cache, "end_index": cache["end_index"] + q.shape[1]}, out
+
+
+def _qwen3(attn: Any, x: jax.Array, segment_pos: jax.Array) -> tuple[jax.Array, ...]:
+    from tunix.models.qwen3 import model as q3
+
+    q = q3.apply_rope(attn.q_norm(attn.q_proj(x)), segment_pos, head_dim=attn.head_dim)
+    k = q3.apply_rope(attn.k_norm(attn.k_proj(x)), segment_pos, head_dim=attn.head_dim)
+    return q, k, attn.v_proj(x)
+
+
+def _qwen2(attn: Any, x: jax.Array, sin: jax.Array, cos: jax.Array) -> tuple[jax.Array, ...]:
+    from tunix.models.qwen2 import model as q2
+
+    def proj(p: Any, bias: Any) -> jax.Array:
+        y = p(x)
+        b, t, n, h = y.shape
+        return (y.reshape(b, t, n * h) + bias.astype(attn.config.dtype)).reshape(b, t, n, h)
+
+    q = q2.apply_rotary_embedding(proj(attn.q_proj, attn.q_bias), sin, cos)
+    k = q2.apply_rotary_embedding(proj(attn.k_proj, attn.k_bias), sin, cos)
+    return q, k, proj(attn.v_proj, attn.v_bias)
+
+
+def _llama3(attn: Any, x: jax.Array, segment_pos: jax.Array) -> tuple[jax.Array, ...]:
+    from tunix.models.llama3 import model as l3
+
+    q = l3.apply_rope(attn.q_proj(x), segment_pos, head_dim=attn.head_dim)
+    k = l3.apply_rope(attn.k_proj(x), segment_pos, head_dim=attn.head_dim)
+    return q, k, attn.v_proj(x)
+
+
+# each family's projections of a decode step, from the arguments of its ``Attention.block``
+_PROJECTIONS: dict[str, Callable[..., tuple[jax.Array, ...]]] = {
+    "qwen3": lambda a, args: _qwen3(a, args["x"], args["segment_pos"]),
+    "qwen2": lambda a, args: _qwen2(a, args["x"], args["sin"], args["cos"]),
+    "llama3": lambda a, args: _llama3(a, args["x"], args["segment_pos"]),
+}
+
+
+@contextlib.contextmanager
+def bounded() -> Iterator[None]:
+    """Decode steps traced in this thread, inside this, use ``bounded_attention`` (``install``)."""
+    before = getattr(_ON, "on", False)
+    _ON.on = True
+    try:
+        yield
+    finally:
+        _ON.on = before
+
+
+def install() -> None:
+    """Wrap each family's ``Attention.block`` (once) so that a decode step (one token, with a cache)
+    traced inside ``bounded`` runs ``decode_step``; every other call is Tunix's block."""
+    for family in FAMILIES:
+        cls = importlib.import_module(f"tunix.models.{family}.model").Attention
+        if getattr(cls.block, "_rljob_bounded", False):
+            continue
+        cls.block = _wrapped(cls.block, _PROJECTIONS[family])
+
+
+def _wrapped(
+    block: Callable[..., Any], projections: Callable[..., tuple[jax.Array, ...]]
+) -> Callable[..., Any]:
+    """``block`` (a family's ``Attention.block``), running ``decode_step`` for a decode step inside
+    ``bounded`` (segment ids, which qwen2's block also masks by, are never given to a decode step)."""
+    signature = inspect.signature(block)
+
+    @functools.wraps(block)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        call = bound.arguments
+        decoding = call["cache"] is not None and call["x"].shape[1] == 1 and call.get("segment_ids") is None
+        if not (decoding and getattr(_ON, "on", False)):
+            return block(self, *args, **kwargs)
+        q, k, v = projections(self, call)
+        return decode_step(self, q, k, v, call["cache"], call["attn_mask"])
+
+    run._rljob_bounded = True  # type: ignore[attr-defined]
+    return run
