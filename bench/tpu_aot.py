@@ -116,14 +116,15 @@ def decode_program(
     segments: int | None,
     kv_layout: bool = False,
     prefill: bool = False,
-    bounded: bool = False,
+    group: int | None = None,
 ) -> dict:
     """Compile the decode loop for v5e (``decode.segmented_decode`` in ``segments`` pieces; 1 is Tunix's
     loop), or with ``prefill`` the sampler's prefill, its caches taken and returned in ``decode.KV_LAYOUT``
     where ``kv_layout`` (as ``decode.laid_out`` does), else in the default layout (Tunix's); the copies of
-    a layer's whole cache (or of a piece's) per step and once a call, and the temporaries. With
-    ``bounded`` (``decode_attention``): the buffers of a block's shape outside any fusion (a block read
-    in place, inside the matmul that reads it, makes none) and the block-shaped values inside fusions."""
+    a layer's whole cache (or of a piece's) per step and once a call, and the temporaries. With ``group``
+    (``decode_attention``, ``group`` sequences sharing each prompt): the buffers of a block's (or of a
+    group's prompt's) shape outside any fusion (one read in place, inside the matmul that reads it,
+    makes none) and such values inside fusions."""
     import functools
     import re
 
@@ -163,16 +164,18 @@ def decode_program(
             loop = functools.partial(s._prefill_fn, images=None, echo=False)
         else:
             loop = functools.partial(decode.segmented_decode, s, segments=segments)
-            if bounded:
+            if group is not None:
                 decode_attention.install()
-                loop = decode.traced_bounded(loop)
+                loop = decode.traced_bounded(loop, group)
         jitted = jax.jit(loop, donate_argnums=(1,), compiler_options=options, out_shardings=out)
         compiled, seconds = staged(jitted, params, state)
     # a layer's whole cache, or a piece of it (segments); the prefill's prompt-sized keys and values aside
     positions = str(cache_size) if prefill else "[0-9]+"
     cache = re.compile(rf"\[{batch},{positions},{config.num_kv_heads},{config.head_dim}\]")
-    block = decode_attention.block_size(cache_size)
-    block_shape = re.compile(rf"= \S+\[{batch},{block},{config.num_kv_heads},{config.head_dim}\]")
+    shared = prompt if group and group > 1 else 0
+    block = decode_attention.block_size(cache_size - shared)
+    kv = f"{config.num_kv_heads},{config.head_dim}"
+    block_shape = re.compile(rf"= \S+\[({batch},{block}|{batch // (group or 1)},{shared}),{kv}\]")
     # copies inside a loop's computations, and in the entry (once a call); bounded: block-shaped values
     per_step = once = blocks = blocks_fused = 0
     in_entry = in_fusion = False
@@ -180,7 +183,7 @@ def decode_program(
         if ln and not ln.startswith(" ") and ln.rstrip().endswith("{"):
             in_entry = ln.startswith("ENTRY")
             in_fusion = "fused" in ln.split("(")[0] or "fusion" in ln.split("(")[0]
-        if bounded and block_shape.search(ln):
+        if group is not None and block_shape.search(ln):
             blocks_fused += in_fusion
             blocks += not in_fusion
         if not cache.search(ln):
@@ -195,8 +198,9 @@ def decode_program(
         "segments": None if prefill else decode.segment_ends(prompt, cache_size, segments),
         "whole_cache_copies_per_step": per_step,
         "whole_cache_copies_per_call": once,
-        "block_buffers": blocks if bounded else None,
-        "block_values_in_fusions": blocks_fused if bounded else None,
+        "group": group,
+        "block_buffers": blocks if group is not None else None,
+        "block_values_in_fusions": blocks_fused if group is not None else None,
         "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
         "seconds": seconds,
     }
@@ -312,16 +316,18 @@ def train_program(
 V5E_HBM = int(15.75 * 2**30)
 
 # decode arms: (with decode.DECODE_COMPILER_OPTIONS, pieces of the loop, caches in decode.KV_LAYOUT, the
-# decode steps' attention over the filled positions only: decode.BOUNDED). "rljob": as the trainer compiles
-# it (decode.SEGMENTS pieces, decode.laid_out); "default-layout": the same with Tunix's cache layout (the A/B
-# arm of KV_LAYOUT); "segments4": in four pieces (decode.segmented_decode); "bounded": "rljob" with
-# decode_attention's blocks.
-DECODE_ARMS: dict[str, tuple[bool, int | None, bool, bool]] = {
-    "tunix": (False, 1, False, False),
-    "default-layout": (True, None, False, False),
-    "rljob": (True, None, True, False),
-    "segments4": (True, 4, True, False),
-    "bounded": (True, None, True, True),
+# decode steps' attention over the filled positions only: decode.BOUNDED, with the call's sequences in
+# groups of this many sharing their prompt, or None: Tunix's attention). "rljob": as the trainer compiles
+# it (decode.SEGMENTS pieces, decode.laid_out); "default-layout": the same with Tunix's cache layout (the
+# A/B arm of KV_LAYOUT); "segments4": in four pieces (decode.segmented_decode); "bounded": "rljob" with
+# decode_attention's blocks; "shared": and each prompt's positions read once for its 8 generations.
+DECODE_ARMS: dict[str, tuple[bool, int | None, bool, int | None]] = {
+    "tunix": (False, 1, False, None),
+    "default-layout": (True, None, False, None),
+    "rljob": (True, None, True, None),
+    "segments4": (True, 4, True, None),
+    "bounded": (True, None, True, 1),
+    "shared": (True, None, True, 8),
 }
 # the prefill (``decode.install`` compiles it without DECODE_COMPILER_OPTIONS): Tunix's layout, the trainer's
 PREFILL_ARMS: dict[str, bool] = {"default-layout": False, "rljob": True}
@@ -407,10 +413,10 @@ def main() -> None:
             config, args.batch, args.prompt, args.cache, {}, None, PREFILL_ARMS[args.arm], prefill=True
         )
     else:
-        with_options, segments, kv_layout, bounded = DECODE_ARMS[args.arm]
+        with_options, segments, kv_layout, group = DECODE_ARMS[args.arm]
         options = decode.DECODE_COMPILER_OPTIONS if with_options else {}
         row = decode_program(
-            config, args.batch, args.prompt, args.cache, options, segments, kv_layout, bounded=bounded
+            config, args.batch, args.prompt, args.cache, options, segments, kv_layout, group=group
         )
     print(
         json.dumps(

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from rljob_trainer import decode, decode_attention
-from rljob_trainer.packing.testing import tiny_cluster
+from rljob_trainer.packing.testing import EOS_ID, PAD_ID, tiny_cluster
 
-from tests.trainer.test_decode import MAX_COMPLETION, MAX_PROMPT, sample
+from tests.trainer.test_decode import MAX_COMPLETION, MAX_PROMPT, PROMPTS, sample
 
 
 def tunix_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
@@ -58,6 +58,44 @@ def test_bounded_attention_is_tunix_s_and_reads_no_block_past_the_end(monkeypatc
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
+def test_shared_prompts_counts_aligned_repeats_of_each_prompt() -> None:
+    rows = np.array([[0, 5], [0, 5], [0, 5], [0, 5], [7, 8], [7, 8], [7, 8], [7, 8]])
+    assert decode_attention.shared_prompts(rows) == 4
+    assert decode_attention.shared_prompts(rows[:6]) == 2  # runs of 4 and 2
+    assert decode_attention.shared_prompts(rows[[0, 4, 1, 5]]) == 1  # interleaved: nothing shared
+    assert decode_attention.shared_prompts(rows[:1]) == 1
+    assert decode_attention.shared_prompts(np.zeros((6, 3), np.int32)) == 6
+
+
+@pytest.mark.parametrize("end", [17, 20, 33, 64])
+def test_grouped_attention_reads_each_prompt_once_a_group(monkeypatch, end: int) -> None:
+    """Two prompts x 3 sequences, prompts of 16 positions (left-padded alike within a group): the result
+    is Tunix's, with NaN in every prompt position of each group's second and third sequence (read only
+    from the first) and in every block past the filled ones."""
+    monkeypatch.setattr(decode_attention, "BLOCK", 16)
+    rng = np.random.default_rng(end)
+    b, s, n, kh, h, group, prompt = 6, 64, 4, 2, 8, 3, 16
+    q = jnp.asarray(rng.normal(size=(b, 1, n, h)), jnp.float32)
+    k = rng.normal(size=(b, s, kh, h)).astype(np.float32)
+    v = rng.normal(size=(b, s, kh, h)).astype(np.float32)
+    for first in range(0, b, group):  # a group's prompt keys and values: one prompt's, repeated
+        k[first + 1 : first + group, :prompt] = k[first, :prompt]
+        v[first + 1 : first + group, :prompt] = v[first, :prompt]
+    pads = np.repeat([2, 9], group)
+    positions = np.arange(s)
+    mask = jnp.asarray((positions[None, :] >= pads[:, None]) & (positions[None, :] < end))[:, None, :]
+    want = tunix_attention(q, jnp.asarray(k), jnp.asarray(v), mask, 0.35)
+    for first in range(0, b, group):
+        k[first + 1 : first + group, :prompt] = v[first + 1 : first + group, :prompt] = np.nan
+    past = prompt + -(-(end - prompt) // 16) * 16
+    k[:, past:], v[:, past:] = np.nan, np.nan
+    got = jax.jit(decode_attention.bounded_attention, static_argnums=(5, 6, 7))(
+        q, jnp.asarray(k), jnp.asarray(v), mask, jnp.int32(end), 0.35, group, prompt
+    )
+    assert np.isfinite(np.asarray(got)).all()
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("family", decode_attention.FAMILIES)
 def test_the_sampler_attending_the_filled_positions_samples_tunix_s_tokens(monkeypatch, family: str) -> None:
     """The real sampler (Tunix's loop, the trainer's ``decode.install``): the decode steps run
@@ -84,8 +122,67 @@ def test_the_sampler_attending_the_filled_positions_samples_tunix_s_tokens(monke
     np.testing.assert_allclose(ours["logprobs"], tunix["logprobs"], atol=1e-5)
 
 
+def sample_grouped(cluster: object, group: int) -> dict[str, np.ndarray]:
+    """``test_decode.sample`` with each prompt asked ``group`` times in a row, as GRPO's learner asks."""
+    out = cluster.rollout._sampler(
+        input_strings=[p for p in PROMPTS for _ in range(group)],
+        max_generation_steps=MAX_COMPLETION,
+        max_prompt_length=MAX_PROMPT,
+        temperature=0.9,
+        top_p=0.95,
+        seed=7,
+        eos_tokens=[EOS_ID, PAD_ID],
+        return_logprobs=True,
+        pad_output=True,
+    )
+    return {
+        "tokens": np.stack([np.asarray(t) for t in out.tokens]),
+        "logprobs": np.stack([np.asarray(x) for x in out.logprobs]),
+    }
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen2"])
+def test_the_sampler_reads_each_prompt_once_for_its_generations(monkeypatch, family: str) -> None:
+    """Each prompt asked 3 times in a row: the decode program is compiled for groups of 3 sharing the
+    16 prompt positions, and the tokens and log-probs are Tunix's (each generation its own draws)."""
+    cluster = tiny_cluster(family, max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
+    tunix = sample_grouped(cluster, 3)
+    groups: set[tuple[int, int]] = set()
+    real = decode_attention.bounded_attention
+
+    def spy(*args: object) -> jax.Array:
+        groups.add((args[6], args[7]))
+        return real(*args)
+
+    monkeypatch.setattr(decode_attention, "bounded_attention", spy)
+    monkeypatch.setattr(decode, "BOUNDED", True)
+    assert decode.install(cluster).bounded
+    ours = sample_grouped(cluster, 3)
+    assert groups == {(3, MAX_PROMPT)}, groups
+    assert len({tuple(t) for t in tunix["tokens"][:3]}) > 1  # a prompt's generations differ
+    np.testing.assert_array_equal(ours["tokens"], tunix["tokens"])
+    np.testing.assert_allclose(ours["logprobs"], tunix["logprobs"], atol=1e-5)
+
+
 def test_gemma3_keeps_tunix_s_decode(monkeypatch) -> None:
     """gemma3's attention (sliding window, soft-capped logits) is not the shared core: not swapped."""
     monkeypatch.setattr(decode, "BOUNDED", True)
     cluster = tiny_cluster("gemma3", max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
     assert decode.install(cluster) == decode.Installed(kv_layout=True, bounded=False)
+
+
+def test_a_grpo_run_decodes_each_prompt_s_generations_as_one_group(monkeypatch) -> None:
+    """Through the trainer (Tunix's learner repeats each prompt ``numGenerations`` times in a row, its
+    rollout calls split at prompt boundaries): the sampler calls' sequences share their prompts, and the
+    run trains. The built-in task asks one prompt, so all 8 sequences of a call (2 x 4) are one group."""
+    from rljob_trainer.run import main as trainer_main
+
+    from tests.trainer.test_run_grpo import job
+
+    groups: list[int] = []
+    real = decode_attention.shared_prompts
+    monkeypatch.setattr(decode_attention, "shared_prompts", lambda t: groups.append(real(t)) or groups[-1])
+    monkeypatch.setattr(decode, "BOUNDED", True)
+    run = trainer_main.train(job(maxSteps=2, batchSize=2, beta=0.0))
+    assert [r.step for r in run.recorder.reports] == [1, 2]
+    assert groups == [8, 8], groups  # one sampler call a step

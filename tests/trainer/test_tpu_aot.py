@@ -68,12 +68,14 @@ def test_decode_on_v5e_writes_no_whole_cache_back_each_step_nor_copies_it_per_ca
     assert rows["segments4"]["temp_bytes"] > rows["rljob"]["temp_bytes"] + 2 * GIB, rows
 
 
-def test_bounded_decode_on_v5e_reads_each_block_in_place() -> None:
-    """``decode.BOUNDED`` (``decode_attention``): the blocks of the cache a decode step reads are sliced
-    inside the fusions that read them (a key and a value block, each in its scores' or weights' matmul,
-    every layer), never materialized, and no whole cache is copied: temporaries as the trainer's decode."""
-    (row,) = aot("decode", "--arm", "bounded")
-    assert row["block_values_in_fusions"] >= 2 * 28, row  # the path was compiled
+@pytest.mark.parametrize("arm", ["bounded", "shared"])
+def test_bounded_decode_on_v5e_reads_each_block_in_place(arm: str) -> None:
+    """``decode.BOUNDED`` (``decode_attention``): the blocks of the cache a decode step reads, and with
+    prompts shared by groups of 8 each group's prompt positions, are sliced inside the fusions that read
+    them (a key and a value read in their scores' or weights' matmul, every layer), never materialized,
+    and no whole cache is copied: temporaries as the trainer's decode."""
+    (row,) = aot("decode", "--arm", arm)
+    assert row["block_values_in_fusions"] >= (2 if arm == "bounded" else 4) * 28, row  # compiled so
     assert row["block_buffers"] == 0, row
     assert row["whole_cache_copies_per_step"] == row["whole_cache_copies_per_call"] == 0, row
     assert row["temp_bytes"] < 0.1 * 32 * 1024 * 28 * 2 * 8 * 128 * 2, row

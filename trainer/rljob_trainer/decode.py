@@ -28,8 +28,9 @@ fast decoding can be (issue 41).
   Tunix's layout.
 * **Attending the filled positions only** (``BOUNDED``, ``decode_attention``; qwen3, qwen2, llama3): each
   decode step's attention loops over the cache in blocks up to the last filled position instead of an
-  einsum over the whole cache; compiled for v5e, the blocks are read in place (``bench/tpu_aot.py decode
-  --arm bounded``). Off by default until the chip has timed it.
+  einsum over the whole cache, and each prompt's positions are read once for the call's sequences that
+  share it (GRPO's generations; ``by_shared_prompts``); compiled for v5e, the blocks and prompts are read
+  in place (``bench/tpu_aot.py decode --arm bounded|shared``). Off by default until the chip has timed it.
 * **Timed** (``timed``): each prefill and decode call waited on and reported with its loop iterations,
   so every step says its decode time per iteration (``rljob_trainer_sampler_seconds_total``,
   ``rljob_trainer_decode_steps_total``; ``bench/tpu.py``'s ``decode_ms_per_iteration``) without a profile.
@@ -48,6 +49,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.layout import Format, Layout
 from tunix.generate import sampler as sampler_lib
 
@@ -253,28 +255,50 @@ def install(
     bounded = BOUNDED and type(sampler.transformer).__module__ in {
         f"tunix.models.{family}.model" for family in decode_attention.FAMILIES
     }
-    if bounded:
-        decode_attention.install()
-        decode = traced_bounded(decode)
     device = sole_device(sampler._flattened_transformer_state)
     kv_layout = KV_LAYOUT is not None and device is not None
-    if not kv_layout:
-        sampler._compiled_decode_fn = jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
-    else:
+
+    def compiled(decode: Callable[..., Any]) -> Callable[..., Any]:
+        if not kv_layout:
+            return jax.jit(decode, donate_argnums=(1,), compiler_options=options or None)
+        return laid_out(decode, device, compiler_options=options or None)
+
+    if kv_layout:
         sampler._compiled_prefill_fn = laid_out(sampler._prefill_fn, device, static_argnames=("echo",))
-        sampler._compiled_decode_fn = laid_out(decode, device, compiler_options=options or None)
+    if bounded:
+        decode_attention.install()
+        sampler._compiled_decode_fn = by_shared_prompts(lambda group: compiled(traced_bounded(decode, group)))
+    else:
+        sampler._compiled_decode_fn = compiled(decode)
     if timing is not None:
         sampler._compiled_prefill_fn = timed(sampler._compiled_prefill_fn, "prefill", timing)
         sampler._compiled_decode_fn = timed(sampler._compiled_decode_fn, "decode", timing)
     return Installed(kv_layout=kv_layout, bounded=bounded)
 
 
-def traced_bounded(decode: Callable[..., Any]) -> Callable[..., Any]:
-    """``decode`` traced with ``decode_attention.bounded`` on (jit traces it in the calling thread)."""
+def traced_bounded(decode: Callable[..., Any], group: int = 1) -> Callable[..., Any]:
+    """``decode`` (``(params, state) -> state``) traced with ``decode_attention.bounded`` on (jit traces it
+    in the calling thread), every ``group`` sequences sharing the state's prompt positions."""
 
     @functools.wraps(decode)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with decode_attention.bounded():
-            return decode(*args, **kwargs)
+    def run(params: Any, state: Any) -> Any:
+        with decode_attention.bounded(group, int(state.num_input_tokens)):
+            return decode(params, state)
+
+    return run
+
+
+def by_shared_prompts(program_for: Callable[[int], Callable[..., Any]]) -> Callable[..., Any]:
+    """A decode program that runs ``program_for(G)`` (made once per ``G``), ``G`` the call's sequences
+    sharing each prompt (``decode_attention.shared_prompts`` of its padded prompts, read on the host
+    before the call: ``B x prompt`` integers)."""
+    programs: dict[int, Callable[..., Any]] = {}
+
+    def run(params: Any, state: Any) -> Any:
+        prompts = np.asarray(state.token_buffer[:, : int(state.num_input_tokens)])
+        group = decode_attention.shared_prompts(prompts)
+        if group not in programs:
+            programs[group] = program_for(group)
+        return programs[group](params, state)
 
     return run

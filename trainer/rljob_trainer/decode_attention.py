@@ -13,6 +13,14 @@ softmax over the whole (small) score buffer, then the weighted values of the sam
 float32. Positions past the filled ones are never read. Compiled for v5e (``bench/tpu_aot.py decode``),
 XLA fuses each block's slice into the matmul that reads it: no copy of a block or of the cache.
 
+GRPO asks the sampler for ``G`` completions of each prompt, and Tunix's learner repeats each prompt ``G``
+times in a row, so a call's cache holds each prompt's keys and values ``G`` times. Where the call's own
+padded prompts show such groups (``shared_prompts``, checked on the host per call; the decode program is
+compiled once per group size), the prompt positions are read once a group, from its first sequence, for
+all of its queries: at the v5e example (8 generations, prompt 384 of 1,024 positions) a decode step then
+reads ~36% of the cache's bytes on average instead of 100% (Tunix) or ~75% (blocks alone). The cache
+itself is unchanged (each sequence's prompt copy is still written by the prefill and never read).
+
 The numbers: every score is Tunix's (the same products and scale, the same mask value) and so is the
 softmax, which sees Tunix's masked value at every position Tunix masks; only the sum over positions runs
 per block, so the output may differ from Tunix's in the last bit (the tokens and log-probs of
@@ -30,12 +38,14 @@ import contextlib
 import functools
 import importlib
 import inspect
+import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # Positions a block holds (the largest power of two at most this that divides the cache's size: see
 # ``block_size``). Smaller blocks read less past the filled positions and loop more: at the v5e example
@@ -59,38 +69,63 @@ def block_size(cache_size: int, block: int | None = None) -> int:
 
 
 def bounded_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None, end: jax.Array, scale: float
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    end: jax.Array,
+    scale: float,
+    group: int = 1,
+    prompt: int = 0,
 ) -> jax.Array:
     """Tunix's decode attention over positions ``[0, end)`` of the cache only.
 
     ``q`` ``[B, T, N, H]`` (the step's queries, rotated), ``k`` / ``v`` ``[B, S, K, H]`` (the caches,
     this step's key and value written), ``mask`` ``[B, T, S]`` (Tunix's: True where a query may attend),
     ``end`` a scalar: every position the mask allows is below it. Returns ``[B, T, N, H]``.
+
+    ``group`` > 1 with ``prompt`` > 0: every ``group`` consecutive sequences share their first ``prompt``
+    positions (GRPO's generations of one prompt, ``shared_prompts``), so those positions are read once a
+    group, from the group's first sequence, for all its queries; the rest in blocks as above.
     """
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
-    block = block_size(s)
+    shared = prompt if group > 1 else 0
+    block = block_size(s - shared)
     q = q.reshape(b, t, kh, n // kh, h)
-    blocks = (end + block - 1) // block
+    dtype = jnp.result_type(q.dtype, k.dtype)
+    scores = jnp.full((b, kh, n // kh, t, s), K_MASK, dtype)
+    if shared:
+        qp = q.reshape(b // group, group, t, kh, n // kh, h)
+        part = jnp.einsum("PGTHQD,PSHD->PGHQTS", qp, k[::group, :shared]) * scale
+        part = part.reshape(b, kh, n // kh, t, shared)
+        if mask is not None:
+            part = jnp.where(mask[:, None, None, :, :shared], part, K_MASK)
+        scores = scores.at[..., :shared].set(part.astype(dtype))
+    blocks = (end - shared + block - 1) // block
 
     def score(i: jax.Array, scores: jax.Array) -> jax.Array:
-        kb = jax.lax.dynamic_slice_in_dim(k, i * block, block, axis=1)
+        kb = jax.lax.dynamic_slice_in_dim(k, shared + i * block, block, axis=1)
         part = jnp.einsum("BTHGD,BSHD->BHGTS", q, kb) * scale
         if mask is not None:
-            mb = jax.lax.dynamic_slice_in_dim(mask, i * block, block, axis=2)
+            mb = jax.lax.dynamic_slice_in_dim(mask, shared + i * block, block, axis=2)
             part = jnp.where(mb[:, None, None, :, :], part, K_MASK)
-        return jax.lax.dynamic_update_slice_in_dim(scores, part.astype(scores.dtype), i * block, axis=4)
+        return jax.lax.dynamic_update_slice_in_dim(scores, part.astype(dtype), shared + i * block, axis=4)
 
-    dtype = jnp.result_type(q.dtype, k.dtype)
-    scores = jax.lax.fori_loop(0, blocks, score, jnp.full((b, kh, n // kh, t, s), K_MASK, dtype))
+    scores = jax.lax.fori_loop(0, blocks, score, scores)
     probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(k.dtype)
+    out = jnp.zeros((b, t, kh, n // kh, h), jnp.float32)
+    if shared:
+        pp = probs[..., :shared].reshape(b // group, group, kh, n // kh, t, shared)
+        part = jnp.einsum("PGHQTS,PSHD->PGTHQD", pp, v[::group, :shared], preferred_element_type=jnp.float32)
+        out = part.reshape(out.shape)
 
     def weigh(i: jax.Array, out: jax.Array) -> jax.Array:
-        vb = jax.lax.dynamic_slice_in_dim(v, i * block, block, axis=1)
-        pb = jax.lax.dynamic_slice_in_dim(probs, i * block, block, axis=4)
+        vb = jax.lax.dynamic_slice_in_dim(v, shared + i * block, block, axis=1)
+        pb = jax.lax.dynamic_slice_in_dim(probs, shared + i * block, block, axis=4)
         return out + jnp.einsum("BHGTS,BSHD->BTHGD", pb, vb, preferred_element_type=jnp.float32)
 
-    out = jax.lax.fori_loop(0, blocks, weigh, jnp.zeros((b, t, kh, n // kh, h), jnp.float32))
+    out = jax.lax.fori_loop(0, blocks, weigh, out)
     return out.astype(jnp.result_type(probs.dtype, v.dtype)).reshape(b, t, n, h)
 
 
@@ -104,7 +139,8 @@ def decode_step(
     k_cache = jax.lax.dynamic_update_slice(cache["k"], k, at)
     v_cache = jax.lax.dynamic_update_slice(cache["v"], v, at)
     end = jnp.minimum(end_index + q.shape[1], k_cache.shape[1])
-    out = attn.o_proj(bounded_attention(q, k_cache, v_cache, mask, end, attn.scale))
+    group, prompt = getattr(_ON, "shared", (1, 0))
+    out = attn.o_proj(bounded_attention(q, k_cache, v_cache, mask, end, attn.scale, group, prompt))
     return {"v": v_cache, "k": k_cache, "end_index": cache["end_index"] + q.shape[1]}, out
 
 
@@ -146,14 +182,29 @@ _PROJECTIONS: dict[str, Callable[..., tuple[jax.Array, ...]]] = {
 
 
 @contextlib.contextmanager
-def bounded() -> Iterator[None]:
-    """Decode steps traced in this thread, inside this, use ``bounded_attention`` (``install``)."""
-    before = getattr(_ON, "on", False)
-    _ON.on = True
+def bounded(group: int = 1, prompt: int = 0) -> Iterator[None]:
+    """Decode steps traced in this thread, inside this, use ``bounded_attention`` (``install``), every
+    ``group`` sequences sharing their first ``prompt`` positions (``shared_prompts``)."""
+    before = getattr(_ON, "on", False), getattr(_ON, "shared", (1, 0))
+    _ON.on, _ON.shared = True, (group, prompt)
     try:
         yield
     finally:
-        _ON.on = before
+        _ON.on, _ON.shared = before
+
+
+def shared_prompts(tokens: np.ndarray) -> int:
+    """How many consecutive sequences share each prompt: the largest ``G`` such that every aligned run of
+    ``G`` rows of ``tokens`` (``[B, prompt]``, the padded prompts) is one prompt; 1 where none repeat.
+
+    Why: GRPO asks the sampler for ``G`` completions of each prompt, and Tunix's learner repeats each
+    prompt ``G`` times in a row, so the rows' prompt keys and values are ``G`` copies; ``bounded_attention``
+    then reads them once a group. Checked on the call's own tokens, never assumed: any order works, an
+    order without aligned repeats just shares nothing.
+    """
+    rows = tokens.shape[0]
+    starts = [0, *(i for i in range(1, rows) if not np.array_equal(tokens[i], tokens[i - 1])), rows]
+    return math.gcd(*np.diff(starts).tolist())
 
 
 def install() -> None:
