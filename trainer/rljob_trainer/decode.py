@@ -252,10 +252,14 @@ def install(
         return None
     options = DECODE_COMPILER_OPTIONS if jax.default_backend() == "tpu" else {}
     decode = functools.partial(segmented_decode, sampler, segments=segments)
-    bounded = BOUNDED and type(sampler.transformer).__module__ in {
-        f"tunix.models.{family}.model" for family in decode_attention.FAMILIES
-    }
     device = sole_device(sampler._flattened_transformer_state)
+    # one device, as the caches' layout: the swapped block leaves out Tunix's sharding constraints
+    bounded = (
+        BOUNDED
+        and device is not None
+        and type(sampler.transformer).__module__
+        in {f"tunix.models.{family}.model" for family in decode_attention.FAMILIES}
+    )
     kv_layout = KV_LAYOUT is not None and device is not None
 
     def compiled(decode: Callable[..., Any]) -> Callable[..., Any]:
