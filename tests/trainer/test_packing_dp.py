@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rljob_trainer.packing.rows import balance_rows, plan_rows, row_costs, shard_imbalance
 
@@ -23,6 +23,7 @@ from rljob_trainer.packing.rows import balance_rows, plan_rows, row_costs, shard
     lengths=st.lists(st.integers(1, 64), min_size=1, max_size=60),
     shards=st.sampled_from([2, 4, 8]),
 )
+@example(lengths=[25, 25, 25, 25, 40, 40, 40], shards=2)  # LPT worse than the rows' order (CI, 2026-12-07)
 def test_balance_gives_every_shard_the_same_rows_and_no_worse_cost(lengths, shards):
     plan = plan_rows(lengths, 64, multiple_of=shards)
     costs = row_costs(plan, 1 / 64)
