@@ -50,13 +50,14 @@ else
   # kubelet and containers) in the background beside the CPU-bound rest; their output follows the rest's.
   # When they end (~17 min), the MaxText backend's tests (Python 3.12, their own venv made in the
   # background since the start; docs/maxtext.md) run in that same background slot (~3 min), then the
-  # `late` files of the rest (~10 min alone): the rest alone took ~43 min warm and left the second core
-  # idle after the first ~20 (docs/cluster.md, "Time").
+  # `late` files of the rest (~15 min beside it): the rest alone took ~43 min warm and left the second core
+  # idle after the first ~20; so split, both ended after ~40 (docs/cluster.md, "Time", session 34).
   late=(
     tests/trainer/test_packing_stream.py
     tests/trainer/test_packing_budget.py
     tests/trainer/test_unpacked_learner.py
     tests/trainer/test_checkpoint_resume.py
+    tests/trainer/test_packing_remat.py
   )
   cluster_log=$(mktemp /tmp/rljob-pytest-cluster.XXXXXX.log)
   (

@@ -25,6 +25,7 @@ TOP_LEVEL = {
     "instrument": "bridge",
     "memory": "bridge",
     "decode": "bridge",
+    "decode_attention": "bridge",
     "rollout": "bridge",
     "__main__": "run",
 }
