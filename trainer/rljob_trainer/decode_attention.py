@@ -10,7 +10,8 @@ positions can hold keys and values (69% of the cache on average there).
 blocks as hold filled positions (a loop with a bound known on the device, so one compiled program serves
 every step): the scores of those blocks into a buffer that starts as Tunix's masked value, Tunix's
 softmax over the whole (small) score buffer, then the weighted values of the same blocks, summed in
-float32. Positions past the filled ones are never read. Compiled for v5e (``bench/tpu_aot.py decode``),
+float32. Blocks past the last filled position are never read (the last block's unfilled tail is, and
+masked, as Tunix masks it). Compiled for v5e (``bench/tpu_aot.py decode``),
 XLA fuses each block's slice into the matmul that reads it: no copy of a block or of the cache.
 
 GRPO asks the sampler for ``G`` completions of each prompt, and Tunix's learner repeats each prompt ``G``
@@ -18,7 +19,8 @@ times in a row, so a call's cache holds each prompt's keys and values ``G`` time
 padded prompts show such groups (``shared_prompts``, checked on the host per call; the decode program is
 compiled once per group size), the prompt positions are read once a group, from its first sequence, for
 all of its queries: at the v5e example (8 generations, prompt 384 of 1,024 positions) a decode step then
-reads ~36% of the cache's bytes on average instead of 100% (Tunix) or ~75% (blocks alone). The cache
+reads ~42% of the cache's bytes on average ((384 / 8 + 384) / 1,024 with blocks of 128) instead of 100%
+(Tunix) or ~75% (blocks alone). The cache
 itself is unchanged (each sequence's prompt copy is still written by the prefill and never read).
 
 The numbers: every score is Tunix's (the same products and scale, the same mask value) and so is the
