@@ -29,10 +29,11 @@ def test_segment_ends_split_the_completion_evenly() -> None:
     assert decode.peak_cache_factor(100, 101, 4) == decode.peak_cache_factor(256, 1024) == 1
 
 
-def sample(cluster: object) -> dict[str, np.ndarray]:
+def sample(cluster: object, prompts: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The cluster's sampler on ``prompts`` (default: ``PROMPTS`` twice over), top-p with a fixed seed."""
     sampler = cluster.rollout._sampler
     out = sampler(
-        input_strings=PROMPTS * 2,
+        input_strings=PROMPTS * 2 if prompts is None else prompts,
         max_generation_steps=MAX_COMPLETION,
         max_prompt_length=MAX_PROMPT,
         temperature=0.9,

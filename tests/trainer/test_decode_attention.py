@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from rljob_trainer import decode, decode_attention
-from rljob_trainer.packing.testing import EOS_ID, PAD_ID, tiny_cluster
+from rljob_trainer.packing.testing import tiny_cluster
 
 from tests.trainer.test_decode import MAX_COMPLETION, MAX_PROMPT, PROMPTS, sample
 
@@ -125,21 +125,7 @@ def test_the_sampler_attending_the_filled_positions_samples_tunix_s_tokens(monke
 
 def sample_grouped(cluster: object, group: int) -> dict[str, np.ndarray]:
     """``test_decode.sample`` with each prompt asked ``group`` times in a row, as GRPO's learner asks."""
-    out = cluster.rollout._sampler(
-        input_strings=[p for p in PROMPTS for _ in range(group)],
-        max_generation_steps=MAX_COMPLETION,
-        max_prompt_length=MAX_PROMPT,
-        temperature=0.9,
-        top_p=0.95,
-        seed=7,
-        eos_tokens=[EOS_ID, PAD_ID],
-        return_logprobs=True,
-        pad_output=True,
-    )
-    return {
-        "tokens": np.stack([np.asarray(t) for t in out.tokens]),
-        "logprobs": np.stack([np.asarray(x) for x in out.logprobs]),
-    }
+    return sample(cluster, [p for p in PROMPTS for _ in range(group)])
 
 
 @pytest.mark.parametrize("family", ["qwen3", "qwen2"])
