@@ -102,16 +102,17 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="pieces of the decode loop (decode.SEGMENTS; 1: one loop over the whole cache, as Tunix's)",
     )
     p.add_argument(
-        "--bounded-decode",
+        "--unbounded-decode",
         action="store_true",
-        help="decode steps attend the filled cache positions only (decode.BOUNDED, "
-        "decode_attention.BLOCK positions a block): an A/B arm",
+        help="decode steps attend the whole cache with Tunix's einsum (decode.BOUNDED False; the filled "
+        "positions only, in blocks, by default since 2026-12-07; before, --bounded-decode asked for that): "
+        "an A/B arm",
     )
     p.add_argument(
         "--decode-block",
         type=int,
         default=None,
-        help="with --bounded-decode: positions a block (decode_attention.BLOCK)",
+        help="positions a decode attention block (decode_attention.BLOCK; at most, see block_size)",
     )
     p.add_argument(
         "--rollout-share",
@@ -329,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         prewarm.ENABLED = False
     if a.decode_segments is not None:
         decode.SEGMENTS = a.decode_segments
-    decode.BOUNDED = a.bounded_decode
+    if a.unbounded_decode:
+        decode.BOUNDED = False
     if a.decode_block is not None:
         decode_attention.BLOCK = a.decode_block
     if a.rollout_share is not None:

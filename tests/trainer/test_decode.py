@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from rljob_trainer import decode
+from rljob_trainer import decode, decode_attention
 from rljob_trainer.packing.testing import EOS_ID, FAMILIES, PAD_ID, tiny_cluster
 
 PROMPTS = ["a", "bcdefg", "hij klm nop", "q"]  # the tiny tokenizer: one id a character
@@ -103,7 +103,8 @@ def test_prefill_and_decode_keep_the_cache_in_kv_layout_and_sample_tunix_s_token
     and log-probs are Tunix's (the layout is physical only)."""
     cluster = tiny_cluster(family, max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
     tunix = sample(cluster)
-    assert decode.install(cluster) == decode.Installed(kv_layout=True)
+    bounded = family in decode_attention.FAMILIES  # their decode attention too (decode.BOUNDED, the default)
+    assert decode.install(cluster) == decode.Installed(kv_layout=True, bounded=bounded)
     sampler = cluster.rollout._sampler
     seen: list[tuple[str, set[tuple[int, ...]]]] = []
     fresh: list[set[tuple[int, ...]]] = []  # the layouts the backend gives new arrays of the caches' shapes

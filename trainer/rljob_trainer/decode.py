@@ -30,7 +30,8 @@ fast decoding can be (issue 41).
   decode step's attention loops over the cache in blocks up to the last filled position instead of an
   einsum over the whole cache, and each prompt's positions are read once for the call's sequences that
   share it (GRPO's generations; ``by_shared_prompts``); compiled for v5e, the blocks and prompts are read
-  in place (``bench/tpu_aot.py decode --arm bounded|shared``). Off by default until the chip has timed it.
+  in place (``bench/tpu_aot.py decode --arm bounded|shared``). On the v5e chip: decode 7.3 ms a step of
+  64 sequences at the v5e example, rollout 16.9 -> 10.6 s a step (docs/tpu.md, 2026-12-07).
 * **Timed** (``timed``): each prefill and decode call waited on and reported with its loop iterations,
   so every step says its decode time per iteration (``rljob_trainer_sampler_seconds_total``,
   ``rljob_trainer_decode_steps_total``; ``bench/tpu.py``'s ``decode_ms_per_iteration``) without a profile.
@@ -64,8 +65,9 @@ from rljob_trainer import decode_attention
 SEGMENTS = 1
 
 # The decode step's attention over the filled cache positions only (``decode_attention``; qwen3, qwen2,
-# llama3). Off by default until the chip has timed it (``bench/tpu.py --bounded-decode``).
-BOUNDED = False
+# llama3). On by default since 2026-12-07: on the v5e chip it cut the v5e example's rollout from 16.9 to
+# 10.6 s a step (docs/tpu.md; ``bench/tpu.py --unbounded-decode`` is the A/B arm without it).
+BOUNDED = True
 
 # XLA TPU's memory space assignment otherwise moves each layer's key (or value) cache, 64 MiB at 32
 # sequences x 1,024 positions, into the chip's fast on-core memory for the attention that reads it, and

@@ -31,7 +31,7 @@ per block, so the output may differ from Tunix's in the last bit (the tokens and
 ``install`` swaps the decode step's attention of the families that share Tunix's grouped-query core
 (qwen3, qwen2, llama3) for this one, only while ``bounded`` is on in the calling thread (the sampler's
 decode program is traced inside it; the prefill, the learner and the prewarm thread keep Tunix's block).
-Off by default (``decode.BOUNDED``) until the chip has timed it.
+On by default (``decode.BOUNDED``) since the chip timed it (docs/tpu.md, 2026-12-07).
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ import numpy as np
 
 # Positions a block holds (the largest power of two at most this that divides the cache's size: see
 # ``block_size``). Smaller blocks read less past the filled positions and loop more: at the v5e example
-# (prompt 384, cache 1,024) blocks of 128 read 75% of the cache on average, of 256 80%, of 512 90%.
+# (prompt 384, cache 1,024) blocks of 128 read 75% of the cache on average, of 256 80%, of 512 90%. With
+# shared prompts the blocks divide the completion part (640 positions there: blocks of 128 at any BLOCK
+# from 128 up; on the chip, ``bench/tpu.py --decode-block 256`` compiled the same program).
 BLOCK = 128
 # Tunix's masked score (every family's ``K_MASK``)
 K_MASK = -2.3819763e38
