@@ -55,6 +55,11 @@ import numpy as np
 # shared prompts the blocks divide the completion part (640 positions there: blocks of 128 at any BLOCK
 # from 128 up; on the chip, ``bench/tpu.py --decode-block 256`` compiled the same program).
 BLOCK = 128
+# Where True, a decode step's attention is one branch of a ``lax.switch`` per layer over the filled
+# prefix's length in blocks (each branch a static slice of the cache: no loop on the device); where
+# False, two loops over the filled blocks (scores, then values). An A/B on the chip
+# (``bench/tpu.py --decode-switch``).
+SWITCH = False
 # Tunix's masked score (every family's ``K_MASK``)
 K_MASK = -2.3819763e38
 # The families whose attention module has Tunix's grouped-query core (gemma3 adds a sliding window and
@@ -96,6 +101,13 @@ def bounded_attention(
     s, kh = k.shape[1], k.shape[2]
     shared = prompt if group > 1 else 0
     block = block_size(s - shared)
+    if SWITCH:
+        blocks = jnp.clip((end - shared + block - 1) // block, 1, (s - shared) // block)
+        branches = [
+            functools.partial(_prefix_attention, length=shared + i * block, shared=shared, group=group)
+            for i in range(1, (s - shared) // block + 1)
+        ]
+        return jax.lax.switch(blocks - 1, branches, q, k, v, mask, scale)
     q = q.reshape(b, t, kh, n // kh, h)
     dtype = jnp.result_type(q.dtype, k.dtype)
     scores = jnp.full((b, kh, n // kh, t, s), K_MASK, dtype)
@@ -130,6 +142,41 @@ def bounded_attention(
         return out + jnp.einsum("BHGTS,BSHD->BTHGD", pb, vb, preferred_element_type=jnp.float32)
 
     out = jax.lax.fori_loop(0, blocks, weigh, out)
+    return out.astype(jnp.result_type(probs.dtype, v.dtype)).reshape(b, t, n, h)
+
+
+def _prefix_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    scale: float,
+    *,
+    length: int,
+    shared: int,
+    group: int,
+) -> jax.Array:
+    """Tunix's attention over the cache's first ``length`` positions (a static slice: ``SWITCH`` picks
+    the shortest that holds every filled one), the first ``shared`` read once a ``group``."""
+    b, t, n, h = q.shape
+    kh = k.shape[2]
+    q = q.reshape(b, t, kh, n // kh, h)
+    dtype = jnp.result_type(q.dtype, k.dtype)
+    scores = jnp.einsum("BTHGD,BSHD->BHGTS", q, k[:, shared:length]) * scale
+    if shared:
+        qp = q.reshape(b // group, group, t, kh, n // kh, h)
+        part = jnp.einsum("PGTHQD,PSHD->PGHQTS", qp, k[::group, :shared]) * scale
+        scores = jnp.concatenate([part.reshape(b, kh, n // kh, t, shared), scores], axis=-1)
+    if mask is not None:
+        scores = jnp.where(mask[:, None, None, :, :length], scores, K_MASK)
+    probs = jax.nn.softmax(scores.astype(dtype).astype(jnp.float32), axis=-1).astype(k.dtype)
+    out = jnp.einsum(
+        "BHGTS,BSHD->BTHGD", probs[..., shared:], v[:, shared:length], preferred_element_type=jnp.float32
+    )
+    if shared:
+        pp = probs[..., :shared].reshape(b // group, group, kh, n // kh, t, shared)
+        part = jnp.einsum("PGHQTS,PSHD->PGTHQD", pp, v[::group, :shared], preferred_element_type=jnp.float32)
+        out = out + part.reshape(out.shape)
     return out.astype(jnp.result_type(probs.dtype, v.dtype)).reshape(b, t, n, h)
 
 
