@@ -109,12 +109,6 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         "an A/B arm",
     )
     p.add_argument(
-        "--decode-switch",
-        action="store_true",
-        help="the bounded decode attention as one lax.switch branch a layer over the filled prefix's "
-        "length, not two loops over its blocks (decode_attention.SWITCH): an A/B arm",
-    )
-    p.add_argument(
         "--decode-block",
         type=int,
         default=None,
@@ -340,7 +334,6 @@ def main(argv: list[str] | None = None) -> int:
         decode.BOUNDED = False
     if a.decode_block is not None:
         decode_attention.BLOCK = a.decode_block
-    decode_attention.SWITCH = a.decode_switch
     if a.rollout_share is not None:
         memory.ROLLOUT_SHARE = a.rollout_share
     if a.decode_temporaries is not None:
@@ -392,7 +385,6 @@ def main(argv: list[str] | None = None) -> int:
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
         "bounded_decode_block": decode_attention.BLOCK if decode.BOUNDED else None,
-        "decode_switch": decode_attention.SWITCH if decode.BOUNDED else None,
         "scan_layers": stack.scans(),
         "save_dots": stack.SAVE_DOTS,
         "prewarm": prewarm.ENABLED,

@@ -175,9 +175,8 @@ def decode_program(
     shared = prompt if group and group > 1 else 0
     block = decode_attention.block_size(cache_size - shared)
     kv = f"{config.num_kv_heads},{config.head_dim}"
-    # a block (decode_attention's loops), or with SWITCH a branch's own positions (whole blocks)
-    own = range(block, cache_size - shared + 1, block) if decode_attention.SWITCH else [block]
-    lengths = "|".join(map(str, own))
+    # a switch branch's own positions (whole blocks, short of the whole cache), or the group's prompt
+    lengths = "|".join(str(n) for n in range(block, cache_size - shared + 1, block) if n != cache_size)
     block_shape = re.compile(rf"= \S+\[({batch},({lengths})|{batch // (group or 1)},{shared}),{kv}\]")
     # copies inside a loop's computations, and in the entry (once a call); bounded: block-shaped values
     per_step = once = blocks = blocks_fused = 0
@@ -323,8 +322,7 @@ V5E_HBM = int(15.75 * 2**30)
 # groups of this many sharing their prompt, or None: Tunix's attention). "rljob": as the trainer compiles
 # it (decode.SEGMENTS pieces, decode.laid_out); "default-layout": the same with Tunix's cache layout (the
 # A/B arm of KV_LAYOUT); "segments4": in four pieces (decode.segmented_decode); "bounded": "rljob" with
-# decode_attention's blocks; "shared": and each prompt's positions read once for its 8 generations;
-# "switch": "shared" as one branch a layer over the filled prefix (decode_attention.SWITCH).
+# decode_attention's filled prefix; "shared": and each prompt's positions read once for its 8 generations.
 DECODE_ARMS: dict[str, tuple[bool, int | None, bool, int | None]] = {
     "tunix": (False, 1, False, None),
     "default-layout": (True, None, False, None),
@@ -332,7 +330,6 @@ DECODE_ARMS: dict[str, tuple[bool, int | None, bool, int | None]] = {
     "segments4": (True, 4, True, None),
     "bounded": (True, None, True, 1),
     "shared": (True, None, True, 8),
-    "switch": (True, None, True, 8),
 }
 # the prefill (``decode.install`` compiles it without DECODE_COMPILER_OPTIONS): Tunix's layout, the trainer's
 PREFILL_ARMS: dict[str, bool] = {"default-layout": False, "rljob": True}
@@ -419,9 +416,6 @@ def main() -> None:
         )
     else:
         with_options, segments, kv_layout, group = DECODE_ARMS[args.arm]
-        from rljob_trainer import decode_attention
-
-        decode_attention.SWITCH = args.arm == "switch"
         options = decode.DECODE_COMPILER_OPTIONS if with_options else {}
         row = decode_program(
             config, args.batch, args.prompt, args.cache, options, segments, kv_layout, group=group

@@ -34,17 +34,12 @@ def test_block_size_divides_the_cache() -> None:
     assert decode_attention.block_size(7) == 1
 
 
-@pytest.mark.parametrize("switch", [False, True], ids=["loops", "switch"])
 @pytest.mark.parametrize("end", [1, 15, 16, 17, 40, 48, 63, 64])
-def test_bounded_attention_is_tunix_s_and_reads_no_block_past_the_end(
-    monkeypatch, end: int, switch: bool
-) -> None:
+def test_bounded_attention_is_tunix_s_and_reads_no_block_past_the_end(monkeypatch, end: int) -> None:
     """Left-padded sequences (Tunix's mask), 4 blocks of 16: the blocks holding filled positions as
     drawn (their unfilled tail too: it is read and masked, as in Tunix's), every later block NaN, which
-    any read of it would carry into the output (a zero weight times NaN is NaN). Both forms
-    (``decode_attention.SWITCH``)."""
+    any read of it would carry into the output (a zero weight times NaN is NaN)."""
     monkeypatch.setattr(decode_attention, "BLOCK", 16)
-    monkeypatch.setattr(decode_attention, "SWITCH", switch)
     rng = np.random.default_rng(end)
     b, s, n, kh, h = 3, 64, 4, 2, 8
     q = jnp.asarray(rng.normal(size=(b, 1, n, h)), jnp.float32)
@@ -72,14 +67,12 @@ def test_shared_prompts_counts_aligned_repeats_of_each_prompt() -> None:
     assert decode_attention.shared_prompts(np.zeros((6, 3), np.int32)) == 6
 
 
-@pytest.mark.parametrize("switch", [False, True], ids=["loops", "switch"])
 @pytest.mark.parametrize("end", [17, 20, 33, 64])
-def test_grouped_attention_reads_each_prompt_once_a_group(monkeypatch, end: int, switch: bool) -> None:
+def test_grouped_attention_reads_each_prompt_once_a_group(monkeypatch, end: int) -> None:
     """Two prompts x 3 sequences, prompts of 16 positions (left-padded alike within a group): the result
     is Tunix's, with NaN in every prompt position of each group's second and third sequence (read only
-    from the first) and in every block past the filled ones. Both forms (``decode_attention.SWITCH``)."""
+    from the first) and in every block past the filled ones."""
     monkeypatch.setattr(decode_attention, "BLOCK", 16)
-    monkeypatch.setattr(decode_attention, "SWITCH", switch)
     rng = np.random.default_rng(end)
     b, s, n, kh, h, group, prompt = 6, 64, 4, 2, 8, 3, 16
     q = jnp.asarray(rng.normal(size=(b, 1, n, h)), jnp.float32)
@@ -104,11 +97,8 @@ def test_grouped_attention_reads_each_prompt_once_a_group(monkeypatch, end: int,
 
 
 # Each family's projections run in one sampler test: llama3 here (no prompt shared), qwen3 and qwen2 below.
-@pytest.mark.parametrize("switch", [False, True], ids=["loops", "switch"])
 @pytest.mark.parametrize("family", ["llama3"])
-def test_the_sampler_attending_the_filled_positions_samples_tunix_s_tokens(
-    monkeypatch, family: str, switch: bool
-) -> None:
+def test_the_sampler_attending_the_filled_positions_samples_tunix_s_tokens(monkeypatch, family: str) -> None:
     """The real sampler (Tunix's loop, the trainer's ``decode.install``): the decode steps run
     ``bounded_attention`` (once a layer in the traced step), the prefill does not, and the tokens and
     log-probs are Tunix's; completions cross every block of 8 of the 56-position cache."""
@@ -122,7 +112,6 @@ def test_the_sampler_attending_the_filled_positions_samples_tunix_s_tokens(
         return real(q, *args)
 
     monkeypatch.setattr(decode_attention, "bounded_attention", spy)
-    monkeypatch.setattr(decode_attention, "SWITCH", switch)
     monkeypatch.setattr(decode, "BOUNDED", True)
     assert decode.install(cluster) == decode.Installed(kv_layout=True, bounded=True)
     ours = sample(cluster)
@@ -139,14 +128,8 @@ def sample_grouped(cluster: object, group: int) -> dict[str, np.ndarray]:
     return sample(cluster, [p for p in PROMPTS for _ in range(group)])
 
 
-@pytest.mark.parametrize(
-    ("family", "switch"),
-    [("qwen3", False), ("qwen2", False), ("qwen3", True)],
-    ids=["qwen3", "qwen2", "qwen3-switch"],
-)
-def test_the_sampler_reads_each_prompt_once_for_its_generations(
-    monkeypatch, family: str, switch: bool
-) -> None:
+@pytest.mark.parametrize("family", ["qwen3", "qwen2"])
+def test_the_sampler_reads_each_prompt_once_for_its_generations(monkeypatch, family: str) -> None:
     """Each prompt asked 3 times in a row: the decode program is compiled for groups of 3 sharing the
     16 prompt positions, and the tokens and log-probs are Tunix's (each generation its own draws)."""
     cluster = tiny_cluster(family, max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
@@ -159,7 +142,6 @@ def test_the_sampler_reads_each_prompt_once_for_its_generations(
         return real(*args)
 
     monkeypatch.setattr(decode_attention, "bounded_attention", spy)
-    monkeypatch.setattr(decode_attention, "SWITCH", switch)
     monkeypatch.setattr(decode, "BOUNDED", True)
     assert decode.install(cluster).bounded
     ours = sample_grouped(cluster, 3)

@@ -6,13 +6,13 @@ written. The cache is most of the bytes a decode step reads (7.5 of 8.7 GB a ste
 64 sequences x 1,024 positions of Qwen3-0.6B), while at step ``t`` only the first ``prompt + t + 1``
 positions can hold keys and values (69% of the cache on average there).
 
-``bounded_attention`` computes the same attention in blocks of ``BLOCK`` positions, looping over as many
-blocks as hold filled positions (a loop with a bound known on the device, so one compiled program serves
-every step): the scores of those blocks into a buffer that starts as Tunix's masked value, Tunix's
-softmax over the whole (small) score buffer, then the weighted values of the same blocks, summed in
-float32. Blocks past the last filled position are never read (the last block's unfilled tail is, and
-masked, as Tunix masks it). Compiled for v5e (``bench/tpu_aot.py decode``),
-XLA fuses each block's slice into the matmul that reads it: no copy of a block or of the cache.
+``bounded_attention`` computes the same attention over the shortest prefix of the cache, in whole
+blocks of ``BLOCK`` positions, that holds every filled position: one branch of a ``lax.switch`` a layer,
+each branch a static slice of the cache (one compiled program serves every step; the branch is picked on
+the device). Positions past that prefix are never read (the last block's unfilled tail is, and masked, as
+Tunix masks it). Compiled for v5e (``bench/tpu_aot.py decode``), XLA reads each slice inside the matmul
+that uses it: no copy of a slice or of the cache. On the chip this form decoded 2-4% faster than two
+loops over the filled blocks (scores, then values; commit 00599ae, docs/tpu.md) and replaced them.
 
 GRPO asks the sampler for ``G`` completions of each prompt, and Tunix's learner repeats each prompt ``G``
 times in a row, so a call's cache holds each prompt's keys and values ``G`` times. Where the call's own
@@ -24,9 +24,9 @@ reads ~42% of the cache's bytes on average ((384 / 8 + 384) / 1,024 with blocks 
 itself is unchanged (each sequence's prompt copy is still written by the prefill and never read).
 
 The numbers: every score is Tunix's (the same products and scale, the same mask value) and so is the
-softmax, which sees Tunix's masked value at every position Tunix masks; only the sum over positions runs
-per block, so the output may differ from Tunix's in the last bit (the tokens and log-probs of
-``tests/trainer/test_decode_attention.py``).
+softmax over the prefix (Tunix's positions past it carry the masked value, whose weight is exactly 0);
+the sums run over fewer positions (and the shared prompt's part apart, in float32), so the output may
+differ from Tunix's in the last bit (the tokens and log-probs of ``tests/trainer/test_decode_attention.py``).
 
 ``install`` swaps the decode step's attention of the families that share Tunix's grouped-query core
 (qwen3, qwen2, llama3) for this one, only while ``bounded`` is on in the calling thread (the sampler's
@@ -49,17 +49,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Positions a block holds (the largest power of two at most this that divides the cache's size: see
-# ``block_size``). Smaller blocks read less past the filled positions and loop more: at the v5e example
-# (prompt 384, cache 1,024) blocks of 128 read 75% of the cache on average, of 256 80%, of 512 90%. With
-# shared prompts the blocks divide the completion part (640 positions there: blocks of 128 at any BLOCK
-# from 128 up; on the chip, ``bench/tpu.py --decode-block 256`` compiled the same program).
+# Positions a block holds (the largest power of two at most this that divides the part of the cache read
+# per sequence: see ``block_size``). Smaller blocks read less past the filled positions and compile more
+# branches: at the v5e example (prompt 384, cache 1,024) blocks of 128 read 75% of the cache on average,
+# of 256 80%, of 512 90%. With shared prompts the blocks divide the completion part (640 positions there:
+# blocks of 128 at any BLOCK from 128 up; on the chip, ``bench/tpu.py --decode-block 256`` compiled the
+# same program).
 BLOCK = 128
-# Where True, a decode step's attention is one branch of a ``lax.switch`` per layer over the filled
-# prefix's length in blocks (each branch a static slice of the cache: no loop on the device); where
-# False, two loops over the filled blocks (scores, then values). An A/B on the chip
-# (``bench/tpu.py --decode-switch``).
-SWITCH = False
 # Tunix's masked score (every family's ``K_MASK``)
 K_MASK = -2.3819763e38
 # The families whose attention module has Tunix's grouped-query core (gemma3 adds a sliding window and
@@ -97,52 +93,15 @@ def bounded_attention(
     positions (GRPO's generations of one prompt, ``shared_prompts``), so those positions are read once a
     group, from the group's first sequence, for all its queries; the rest in blocks as above.
     """
-    b, t, n, h = q.shape
-    s, kh = k.shape[1], k.shape[2]
+    s = k.shape[1]
     shared = prompt if group > 1 else 0
     block = block_size(s - shared)
-    if SWITCH:
-        blocks = jnp.clip((end - shared + block - 1) // block, 1, (s - shared) // block)
-        branches = [
-            functools.partial(_prefix_attention, length=shared + i * block, shared=shared, group=group)
-            for i in range(1, (s - shared) // block + 1)
-        ]
-        return jax.lax.switch(blocks - 1, branches, q, k, v, mask, scale)
-    q = q.reshape(b, t, kh, n // kh, h)
-    dtype = jnp.result_type(q.dtype, k.dtype)
-    scores = jnp.full((b, kh, n // kh, t, s), K_MASK, dtype)
-    if shared:
-        qp = q.reshape(b // group, group, t, kh, n // kh, h)
-        part = jnp.einsum("PGTHQD,PSHD->PGHQTS", qp, k[::group, :shared]) * scale
-        part = part.reshape(b, kh, n // kh, t, shared)
-        if mask is not None:
-            part = jnp.where(mask[:, None, None, :, :shared], part, K_MASK)
-        scores = scores.at[..., :shared].set(part.astype(dtype))
-    blocks = (end - shared + block - 1) // block
-
-    def score(i: jax.Array, scores: jax.Array) -> jax.Array:
-        kb = jax.lax.dynamic_slice_in_dim(k, shared + i * block, block, axis=1)
-        part = jnp.einsum("BTHGD,BSHD->BHGTS", q, kb) * scale
-        if mask is not None:
-            mb = jax.lax.dynamic_slice_in_dim(mask, shared + i * block, block, axis=2)
-            part = jnp.where(mb[:, None, None, :, :], part, K_MASK)
-        return jax.lax.dynamic_update_slice_in_dim(scores, part.astype(dtype), shared + i * block, axis=4)
-
-    scores = jax.lax.fori_loop(0, blocks, score, scores)
-    probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(k.dtype)
-    out = jnp.zeros((b, t, kh, n // kh, h), jnp.float32)
-    if shared:
-        pp = probs[..., :shared].reshape(b // group, group, kh, n // kh, t, shared)
-        part = jnp.einsum("PGHQTS,PSHD->PGTHQD", pp, v[::group, :shared], preferred_element_type=jnp.float32)
-        out = part.reshape(out.shape)
-
-    def weigh(i: jax.Array, out: jax.Array) -> jax.Array:
-        vb = jax.lax.dynamic_slice_in_dim(v, shared + i * block, block, axis=1)
-        pb = jax.lax.dynamic_slice_in_dim(probs, shared + i * block, block, axis=4)
-        return out + jnp.einsum("BHGTS,BSHD->BTHGD", pb, vb, preferred_element_type=jnp.float32)
-
-    out = jax.lax.fori_loop(0, blocks, weigh, out)
-    return out.astype(jnp.result_type(probs.dtype, v.dtype)).reshape(b, t, n, h)
+    branches = [
+        functools.partial(_prefix_attention, length=shared + i * block, shared=shared, group=group)
+        for i in range(1, (s - shared) // block + 1)
+    ]
+    blocks = jnp.clip((end - shared + block - 1) // block, 1, len(branches))
+    return jax.lax.switch(blocks - 1, branches, q, k, v, mask, scale)
 
 
 def _prefix_attention(
@@ -156,8 +115,8 @@ def _prefix_attention(
     shared: int,
     group: int,
 ) -> jax.Array:
-    """Tunix's attention over the cache's first ``length`` positions (a static slice: ``SWITCH`` picks
-    the shortest that holds every filled one), the first ``shared`` read once a ``group``."""
+    """Tunix's attention over the cache's first ``length`` positions (a static slice: ``bounded_attention``
+    picks the shortest that holds every filled one), the first ``shared`` read once a ``group``."""
     b, t, n, h = q.shape
     kh = k.shape[2]
     q = q.reshape(b, t, kh, n // kh, h)
