@@ -27,11 +27,12 @@ fast decoding can be (issue 41).
   changes; every number is the same. One device only (``sole_device``): on a mesh the cache keeps
   Tunix's layout.
 * **Attending the filled positions only** (``BOUNDED``, ``decode_attention``; qwen3, qwen2, llama3): each
-  decode step's attention loops over the cache in blocks up to the last filled position instead of an
-  einsum over the whole cache, and each prompt's positions are read once for the call's sequences that
-  share it (GRPO's generations; ``by_shared_prompts``); compiled for v5e, the blocks and prompts are read
-  in place (``bench/tpu_aot.py decode --arm bounded|shared``). On the v5e chip: decode 7.3 ms a step of
-  64 sequences at the v5e example, rollout 16.9 -> 10.6 s a step (docs/tpu.md, 2026-12-07).
+  decode step's attention reads the shortest prefix of the cache, in whole blocks, that holds every
+  filled position instead of an einsum over the whole cache, and each prompt's positions once for the
+  call's sequences that share it (GRPO's generations; ``by_shared_prompts``); compiled for v5e, the
+  slices and prompts are read in place (``bench/tpu_aot.py decode --arm bounded|shared``). On the v5e
+  chip: decode 7.2 ms a step of 64 sequences at the v5e example, rollout 16.9 -> 10.3 s a step
+  (docs/tpu.md, 2026-12-07).
 * **Timed** (``timed``): each prefill and decode call waited on and reported with its loop iterations,
   so every step says its decode time per iteration (``rljob_trainer_sampler_seconds_total``,
   ``rljob_trainer_decode_steps_total``; ``bench/tpu.py``'s ``decode_ms_per_iteration``) without a profile.
@@ -66,7 +67,7 @@ SEGMENTS = 1
 
 # The decode step's attention over the filled cache positions only (``decode_attention``; qwen3, qwen2,
 # llama3). On by default since 2026-12-07: on the v5e chip it cut the v5e example's rollout from 16.9 to
-# 10.6 s a step (docs/tpu.md; ``bench/tpu.py --unbounded-decode`` is the A/B arm without it).
+# 10.3 s a step (docs/tpu.md; ``bench/tpu.py --unbounded-decode`` is the A/B arm without it).
 BOUNDED = True
 
 # XLA TPU's memory space assignment otherwise moves each layer's key (or value) cache, 64 MiB at 32
