@@ -51,13 +51,16 @@ else
   # When they end (~17 min), the MaxText backend's tests (Python 3.12, their own venv made in the
   # background since the start; docs/maxtext.md) run in that same background slot (~3 min), then the
   # `late` files of the rest (~15 min beside it): the rest alone took ~43 min warm and left the second core
-  # idle after the first ~20; so split, both ended after ~40 (docs/cluster.md, "Time", session 34).
+  # idle after the first ~20; so split (docs/cluster.md, "Time": session 35's rehearsal ended the rest at
+  # 39:29 and the late files at ~34:30, so the decode tests joined them).
   late=(
     tests/trainer/test_packing_stream.py
     tests/trainer/test_packing_budget.py
     tests/trainer/test_unpacked_learner.py
     tests/trainer/test_checkpoint_resume.py
     tests/trainer/test_packing_remat.py
+    tests/trainer/test_decode.py
+    tests/trainer/test_decode_attention.py
   )
   cluster_log=$(mktemp /tmp/rljob-pytest-cluster.XXXXXX.log)
   (
