@@ -91,7 +91,7 @@ def bounded_attention(
 
     ``group`` > 1 with ``prompt`` > 0: every ``group`` consecutive sequences share their first ``prompt``
     positions (GRPO's generations of one prompt, ``shared_prompts``), so those positions are read once a
-    group, from the group's first sequence, for all its queries; the rest in blocks as above.
+    group, from the group's first sequence, for all its queries; the rest in whole blocks as above.
     """
     s = k.shape[1]
     shared = prompt if group > 1 else 0
@@ -120,7 +120,6 @@ def _prefix_attention(
     b, t, n, h = q.shape
     kh = k.shape[2]
     q = q.reshape(b, t, kh, n // kh, h)
-    dtype = jnp.result_type(q.dtype, k.dtype)
     scores = jnp.einsum("BTHGD,BSHD->BHGTS", q, k[:, shared:length]) * scale
     if shared:
         qp = q.reshape(b // group, group, t, kh, n // kh, h)
@@ -128,7 +127,7 @@ def _prefix_attention(
         scores = jnp.concatenate([part.reshape(b, kh, n // kh, t, shared), scores], axis=-1)
     if mask is not None:
         scores = jnp.where(mask[:, None, None, :, :length], scores, K_MASK)
-    probs = jax.nn.softmax(scores.astype(dtype).astype(jnp.float32), axis=-1).astype(k.dtype)
+    probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(k.dtype)
     out = jnp.einsum(
         "BHGTS,BSHD->BTHGD", probs[..., shared:], v[:, shared:length], preferred_element_type=jnp.float32
     )
