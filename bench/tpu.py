@@ -102,6 +102,12 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
         help="pieces of the decode loop (decode.SEGMENTS; 1: one loop over the whole cache, as Tunix's)",
     )
     p.add_argument(
+        "--int8-kv-cache",
+        action="store_true",
+        help="the sampler's KV cache in int8 with a scale per position and head (decode.INT8_CACHE; "
+        "changes the sampled tokens)",
+    )
+    p.add_argument(
         "--unbounded-decode",
         action="store_true",
         help="decode steps attend the whole cache with Tunix's einsum (decode.BOUNDED False; the filled "
@@ -332,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         decode.SEGMENTS = a.decode_segments
     if a.unbounded_decode:
         decode.BOUNDED = False
+    decode.INT8_CACHE = a.int8_kv_cache
     if a.decode_block is not None:
         decode_attention.BLOCK = a.decode_block
     if a.rollout_share is not None:
@@ -385,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         "decode_compiler_options": decode.DECODE_COMPILER_OPTIONS,
         "decode_segments": decode.SEGMENTS,
         "bounded_decode_block": decode_attention.BLOCK if decode.BOUNDED else None,
+        "int8_kv_cache": decode.INT8_CACHE,
         "scan_layers": stack.scans(),
         "save_dots": stack.SAVE_DOTS,
         "prewarm": prewarm.ENABLED,

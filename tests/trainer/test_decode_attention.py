@@ -173,3 +173,92 @@ def test_a_grpo_run_decodes_each_prompt_s_generations_as_one_group(monkeypatch) 
     run = trainer_main.train(job(maxSteps=2, batchSize=2, beta=0.0))
     assert [r.step for r in run.recorder.reports] == [1, 2]
     assert groups == [8, 8], groups  # one sampler call a step
+
+
+def test_quantize_rounds_each_vector_to_within_half_its_scale() -> None:
+    x = np.random.default_rng(0).normal(size=(3, 5, 2, 16)).astype(np.float32) * 4
+    x[0, 0, 0] = 0.0  # an empty vector: scale 1, integers 0
+    ints, scale = decode_attention.quantize(jnp.asarray(x))
+    assert ints.dtype == jnp.int8 and scale.shape == (3, 5, 2)
+    back = np.asarray(ints, np.float32) * np.asarray(scale)[..., None]
+    assert np.all(np.abs(back - x) <= np.asarray(scale)[..., None] / 2 * (1 + 1e-6))
+    assert np.abs(np.asarray(ints)).max() == 127 and float(scale[0, 0, 0]) == 1.0
+
+
+@pytest.mark.parametrize(("group", "prompt"), [(1, 0), (3, 16)])
+@pytest.mark.parametrize("end", [17, 33, 64])
+def test_attention_over_an_int8_cache_is_the_attention_over_its_values(
+    monkeypatch, group: int, prompt: int, end: int
+) -> None:
+    """An int8 cache with scales (``decode.INT8_CACHE``) gives Tunix's attention over the values it
+    holds (integers times scales), with every unread position NaN in both the integers' scales and,
+    for the grouped case, every prompt copy past each group's first."""
+    monkeypatch.setattr(decode_attention, "BLOCK", 16)
+    rng = np.random.default_rng(end)
+    b, s, n, kh, h = 6, 64, 4, 2, 8
+    q = jnp.asarray(rng.normal(size=(b, 1, n, h)), jnp.float32)
+    k = rng.normal(size=(b, s, kh, h)).astype(np.float32)
+    v = rng.normal(size=(b, s, kh, h)).astype(np.float32)
+    for first in range(0, b, group):
+        k[first + 1 : first + group, :prompt] = k[first, :prompt]
+        v[first + 1 : first + group, :prompt] = v[first, :prompt]
+    (ki, ks), (vi, vs) = decode_attention.quantize(jnp.asarray(k)), decode_attention.quantize(jnp.asarray(v))
+    values = [np.asarray(i, np.float32) * np.asarray(sc)[..., None] for i, sc in ((ki, ks), (vi, vs))]
+    pads = np.repeat([2, 9], 3)
+    positions = np.arange(s)
+    mask = jnp.asarray((positions[None, :] >= pads[:, None]) & (positions[None, :] < end))[:, None, :]
+    want = tunix_attention(q, jnp.asarray(values[0]), jnp.asarray(values[1]), mask, 0.35)
+    ks, vs = np.array(ks), np.array(vs)
+    past = prompt + -(-(end - prompt) // 16) * 16
+    for scales in (ks, vs):  # the integers cannot hold NaN: their scales do
+        scales[:, past:] = np.nan
+        for first in range(0, b, group):
+            scales[first + 1 : first + group, :prompt] = np.nan
+    got = jax.jit(decode_attention.bounded_attention, static_argnums=(5, 6, 7))(
+        q, ki, vi, mask, jnp.int32(end), 0.35, group, prompt, jnp.asarray(ks), jnp.asarray(vs)
+    )
+    assert np.isfinite(np.asarray(got)).all()
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+def test_the_sampler_with_an_int8_cache_prefills_exactly_and_decodes_close(monkeypatch) -> None:
+    """``decode.INT8_CACHE``: the decode program reads an int8 cache (half the bytes); the prefill
+    attends the prompt's own keys and values, so each sequence's first token and its log-prob are
+    Tunix's; later tokens are drawn from logits computed over rounded keys and values: where a
+    sequence's tokens still agree with Tunix's, their log-probs are within 0.05 (0.012 measured)."""
+    cluster = tiny_cluster("qwen3", max_prompt=MAX_PROMPT, max_completion=MAX_COMPLETION)
+    tunix = sample_grouped(cluster, 3)
+    caches: list[object] = []
+    real = decode_attention.bounded_attention
+
+    def spy(*args: object) -> jax.Array:
+        caches.append((args[1].dtype, args[8] is not None))
+        return real(*args)
+
+    monkeypatch.setattr(decode_attention, "bounded_attention", spy)
+    monkeypatch.setattr(decode, "BOUNDED", True)
+    monkeypatch.setattr(decode, "INT8_CACHE", True)
+    assert decode.install(cluster) == decode.Installed(kv_layout=True, bounded=True, int8_cache=True)
+    ours = sample_grouped(cluster, 3)
+    assert set(caches) == {(np.dtype(np.int8), True)}, caches
+    np.testing.assert_array_equal(ours["tokens"][:, 0], tunix["tokens"][:, 0])
+    np.testing.assert_allclose(ours["logprobs"][:, 0], tunix["logprobs"][:, 0], atol=1e-6)
+    agree = np.cumprod(ours["tokens"] == tunix["tokens"], axis=1).astype(bool)
+    assert agree[:, 1:].any()  # some decoded tokens to compare
+    np.testing.assert_array_less(np.abs(ours["logprobs"] - tunix["logprobs"])[agree], 0.05)
+
+
+def test_a_grpo_run_trains_with_an_int8_cache(monkeypatch) -> None:
+    """Through the trainer: the int8 cache installed on the cluster's sampler, two steps train."""
+    from rljob_trainer.run import main as trainer_main
+
+    from tests.trainer.test_run_grpo import job
+
+    installed: list[decode.Installed] = []
+    real = decode.install
+    monkeypatch.setattr(decode, "install", lambda *a, **k: installed.append(real(*a, **k)) or installed[-1])
+    monkeypatch.setattr(decode, "BOUNDED", True)
+    monkeypatch.setattr(decode, "INT8_CACHE", True)
+    run = trainer_main.train(job(maxSteps=2, batchSize=2, beta=0.0))
+    assert [r.step for r in run.recorder.reports] == [1, 2]
+    assert [i.int8_cache for i in installed] == [True]

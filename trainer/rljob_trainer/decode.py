@@ -70,6 +70,13 @@ SEGMENTS = 1
 # 10.3 s a step (docs/tpu.md; ``bench/tpu.py --unbounded-decode`` is the A/B arm without it).
 BOUNDED = True
 
+# The sampler's KV cache in int8 with a float32 scale per position and head (``decode_attention.quantize``;
+# only with ``BOUNDED``, whose attention is the only one that reads it): a decode step reads half the
+# cache's bytes. Off by default: the keys and values a decode step attends are rounded (each to within half
+# its vector's scale, 1/254 of its largest magnitude), so the sampled tokens are not Tunix's
+# (``tests/trainer/test_decode_attention.py`` bounds the difference); ``bench/tpu.py --int8-kv-cache``.
+INT8_CACHE = False
+
 # XLA TPU's memory space assignment otherwise moves each layer's key (or value) cache, 64 MiB at 32
 # sequences x 1,024 positions, into the chip's fast on-core memory for the attention that reads it, and
 # after the one-token dynamic_update_slice copies all of it back: 28 copies of the cache per decode step
@@ -240,6 +247,8 @@ class Installed:
     kv_layout: bool
     # the decode steps attend the filled cache positions only (``BOUNDED``, ``decode_attention``)
     bounded: bool = False
+    # the cache is int8 (``INT8_CACHE``)
+    int8_cache: bool = False
 
 
 def install(
@@ -277,10 +286,25 @@ def install(
         sampler._compiled_decode_fn = by_shared_prompts(lambda group: compiled(traced_bounded(decode, group)))
     else:
         sampler._compiled_decode_fn = compiled(decode)
+    int8_cache = INT8_CACHE and bounded
+    if int8_cache:
+        sampler.init_sample_state = with_int8_cache(sampler.init_sample_state)
     if timing is not None:
         sampler._compiled_prefill_fn = timed(sampler._compiled_prefill_fn, "prefill", timing)
         sampler._compiled_decode_fn = timed(sampler._compiled_decode_fn, "decode", timing)
-    return Installed(kv_layout=kv_layout, bounded=bounded)
+    return Installed(kv_layout=kv_layout, bounded=bounded, int8_cache=int8_cache)
+
+
+def with_int8_cache(init: Callable[..., Any]) -> Callable[..., Any]:
+    """``init`` (a sampler's ``init_sample_state``) whose state's new cache is int8 with scales
+    (``decode_attention.quantized_cache``): the prefill and decode steps of the swapped attention block
+    see the scales and write and read it so."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        state = init(*args, **kwargs)
+        return dataclasses.replace(state, cache=decode_attention.quantized_cache(state.cache))
+
+    return run
 
 
 def traced_bounded(decode: Callable[..., Any], group: int = 1) -> Callable[..., Any]:

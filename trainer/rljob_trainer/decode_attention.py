@@ -82,6 +82,8 @@ def bounded_attention(
     scale: float,
     group: int = 1,
     prompt: int = 0,
+    k_scale: jax.Array | None = None,
+    v_scale: jax.Array | None = None,
 ) -> jax.Array:
     """Tunix's decode attention over positions ``[0, end)`` of the cache only.
 
@@ -92,6 +94,9 @@ def bounded_attention(
     ``group`` > 1 with ``prompt`` > 0: every ``group`` consecutive sequences share their first ``prompt``
     positions (GRPO's generations of one prompt, ``shared_prompts``), so those positions are read once a
     group, from the group's first sequence, for all its queries; the rest in whole blocks as above.
+
+    ``k_scale`` / ``v_scale`` ``[B, S, K]``: ``k`` and ``v`` are a quantized cache (``decode.INT8_CACHE``), each
+    position's value ``k * k_scale``; the scales multiply the scores and the weights instead.
     """
     s = k.shape[1]
     shared = prompt if group > 1 else 0
@@ -101,7 +106,7 @@ def bounded_attention(
         for i in range(1, (s - shared) // block + 1)
     ]
     blocks = jnp.clip((end - shared + block - 1) // block, 1, len(branches))
-    return jax.lax.switch(blocks - 1, branches, q, k, v, mask, scale)
+    return jax.lax.switch(blocks - 1, branches, q, k, v, mask, scale, k_scale, v_scale)
 
 
 def _prefix_attention(
@@ -110,6 +115,8 @@ def _prefix_attention(
     v: jax.Array,
     mask: jax.Array | None,
     scale: float,
+    k_scale: jax.Array | None,
+    v_scale: jax.Array | None,
     *,
     length: int,
     shared: int,
@@ -120,22 +127,54 @@ def _prefix_attention(
     b, t, n, h = q.shape
     kh = k.shape[2]
     q = q.reshape(b, t, kh, n // kh, h)
-    scores = jnp.einsum("BTHGD,BSHD->BHGTS", q, k[:, shared:length]) * scale
+    rows = slice(None, None, group)  # each group's first sequence: the one whose prompt is read
+    scores = jnp.einsum("BTHGD,BSHD->BHGTS", q, _values(k, q.dtype, slice(None), shared, length)) * scale
+    scores = _scaled(scores, k_scale, slice(None), shared, length)
     if shared:
         qp = q.reshape(b // group, group, t, kh, n // kh, h)
-        part = jnp.einsum("PGTHQD,PSHD->PGHQTS", qp, k[::group, :shared]) * scale
-        scores = jnp.concatenate([part.reshape(b, kh, n // kh, t, shared), scores], axis=-1)
+        part = jnp.einsum("PGTHQD,PSHD->PGHQTS", qp, _values(k, q.dtype, rows, 0, shared)) * scale
+        part = _scaled(part.reshape(b, kh, n // kh, t, shared), k_scale, rows, 0, shared, group)
+        scores = jnp.concatenate([part, scores], axis=-1)
     if mask is not None:
         scores = jnp.where(mask[:, None, None, :, :length], scores, K_MASK)
-    probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(k.dtype)
+    probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1)
+    weights = _scaled(probs[..., shared:], v_scale, slice(None), shared, length).astype(q.dtype)
     out = jnp.einsum(
-        "BHGTS,BSHD->BTHGD", probs[..., shared:], v[:, shared:length], preferred_element_type=jnp.float32
+        "BHGTS,BSHD->BTHGD",
+        weights,
+        _values(v, q.dtype, slice(None), shared, length),
+        preferred_element_type=jnp.float32,
     )
     if shared:
-        pp = probs[..., :shared].reshape(b // group, group, kh, n // kh, t, shared)
-        part = jnp.einsum("PGHQTS,PSHD->PGTHQD", pp, v[::group, :shared], preferred_element_type=jnp.float32)
+        pp = _scaled(probs[..., :shared], v_scale, rows, 0, shared, group).astype(q.dtype)
+        pp = pp.reshape(b // group, group, kh, n // kh, t, shared)
+        part = jnp.einsum(
+            "PGHQTS,PSHD->PGTHQD",
+            pp,
+            _values(v, q.dtype, rows, 0, shared),
+            preferred_element_type=jnp.float32,
+        )
         out = out + part.reshape(out.shape)
-    return out.astype(jnp.result_type(probs.dtype, v.dtype)).reshape(b, t, n, h)
+    return out.astype(q.dtype).reshape(b, t, n, h)
+
+
+def _values(cache: jax.Array, dtype: Any, rows: slice, start: int, stop: int) -> jax.Array:
+    """``cache[rows, start:stop]`` in the queries' ``dtype`` (a quantized cache's integers converted inside
+    the matmul that reads them; a cache in that dtype already is read as it is)."""
+    part = cache[rows, start:stop]
+    return part if part.dtype == dtype else part.astype(dtype)
+
+
+def _scaled(
+    x: jax.Array, scales: jax.Array | None, rows: slice, start: int, stop: int, group: int = 1
+) -> jax.Array:
+    """``x`` ``[B, K, Q, T, S]`` (scores or weights over positions ``start:stop``) times each position's
+    scale (``scales[rows, start:stop]``, ``[B', S, K]``, each row serving ``group`` sequences); unchanged
+    without scales (a cache in the model's dtype)."""
+    if scales is None:
+        return x
+    per = jnp.repeat(scales[rows, start:stop], group, axis=0) if group > 1 else scales[rows, start:stop]
+    return x * jnp.transpose(per, (0, 2, 1))[:, :, None, None, :]
 
 
 def decode_step(
@@ -143,14 +182,62 @@ def decode_step(
 ) -> tuple[dict[str, jax.Array], jax.Array]:
     """A decode step's attention block after the projections, as Tunix's: this step's key and value
     written at ``end_index``, the attention over the filled positions, ``o_proj``; the new cache."""
+    new = _written(cache, k, v)
+    end = jnp.minimum(cache["end_index"][0] + q.shape[1], new["k"].shape[1])
+    group, prompt = getattr(_ON, "shared", (1, 0))
+    scales = (new["k_scale"], new["v_scale"]) if "k_scale" in new else (None, None)
+    out = bounded_attention(q, new["k"], new["v"], mask, end, attn.scale, group, prompt, *scales)
+    return new, attn.o_proj(out)
+
+
+def prefill_step(
+    attn: Any, q: jax.Array, k: jax.Array, v: jax.Array, cache: dict[str, jax.Array], mask: jax.Array | None
+) -> tuple[dict[str, jax.Array], jax.Array]:
+    """A prefill's attention block into a quantized cache (``decode.INT8_CACHE``): the prompt's keys and values
+    written quantized, its attention over the keys and values just computed (not their quantized copy),
+    which are the cache's only filled positions: Tunix's sampler prefills an empty cache from position 0,
+    so Tunix's attention over the whole cache, the positions past the prompt masked, is this one."""
+    new = _written(cache, k, v)
+    length = k.shape[1]
+    out = _prefix_attention(q, k, v, mask, attn.scale, None, None, length=length, shared=0, group=1)
+    return new, attn.o_proj(out)
+
+
+def _written(cache: dict[str, jax.Array], k: jax.Array, v: jax.Array) -> dict[str, jax.Array]:
+    """``cache`` with ``k`` and ``v`` ``[B, T, K, H]`` written at its ``end_index`` (quantized, with their
+    scales, where the cache is), and that index moved past them."""
     end_index = cache["end_index"][0]
     at = (0, end_index % cache["v"].shape[1], 0, 0)
-    k_cache = jax.lax.dynamic_update_slice(cache["k"], k, at)
-    v_cache = jax.lax.dynamic_update_slice(cache["v"], v, at)
-    end = jnp.minimum(end_index + q.shape[1], k_cache.shape[1])
-    group, prompt = getattr(_ON, "shared", (1, 0))
-    out = attn.o_proj(bounded_attention(q, k_cache, v_cache, mask, end, attn.scale, group, prompt))
-    return {"v": v_cache, "k": k_cache, "end_index": cache["end_index"] + q.shape[1]}, out
+    new = {"end_index": cache["end_index"] + k.shape[1]}
+    for name, x in (("k", k), ("v", v)):
+        if f"{name}_scale" in cache:
+            x, scale = quantize(x)
+            new[f"{name}_scale"] = jax.lax.dynamic_update_slice(cache[f"{name}_scale"], scale, at[:3])
+        new[name] = jax.lax.dynamic_update_slice(cache[name], x, at)
+    return new
+
+
+def quantize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``x`` ``[..., H]`` as int8 and a float32 scale per vector (``[...]``): ``x ~ int8 * scale``, each
+    vector's largest magnitude mapped to 127 (rounded to nearest: the error at most half a scale)."""
+    amax = jnp.max(jnp.abs(x.astype(jnp.float32)), axis=-1)
+    scale = jnp.where(amax > 0, amax / 127.0, 1.0)
+    ints = jnp.clip(jnp.round(x.astype(jnp.float32) / scale[..., None]), -127, 127).astype(jnp.int8)
+    return ints, scale
+
+
+def quantized_cache(cache: dict[str, dict[str, jax.Array]]) -> dict[str, dict[str, jax.Array]]:
+    """``cache`` (a sampler's new cache, Tunix's ``init_cache``: every position empty) with each layer's
+    keys and values int8 and a float32 scale per position and head; each layer's old buffers dropped
+    before the next layer's new ones exist (the dicts are changed in place), so the peak is the old cache
+    and one layer's new one."""
+    for layer in cache.values():
+        shape = layer["k"].shape
+        for name in ("k", "v"):
+            del layer[name]
+            layer[name] = jnp.zeros(shape, jnp.int8)
+            layer[f"{name}_scale"] = jnp.ones(shape[:3], jnp.float32)
+    return cache
 
 
 def _qwen3(attn: Any, x: jax.Array, segment_pos: jax.Array) -> tuple[jax.Array, ...]:
@@ -238,11 +325,16 @@ def _wrapped(
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         call = bound.arguments
-        decoding = call["cache"] is not None and call["x"].shape[1] == 1 and call.get("segment_ids") is None
+        cache = call["cache"]
+        decoding = cache is not None and call["x"].shape[1] == 1 and call.get("segment_ids") is None
+        if cache is not None and "k_scale" in cache:  # a quantized cache: only this block reads it
+            q, k, v = projections(self, call)
+            step = decode_step if decoding else prefill_step
+            return step(self, q, k, v, cache, call["attn_mask"])
         if not (decoding and getattr(_ON, "on", False)):
             return block(self, *args, **kwargs)
         q, k, v = projections(self, call)
-        return decode_step(self, q, k, v, call["cache"], call["attn_mask"])
+        return decode_step(self, q, k, v, cache, call["attn_mask"])
 
     run._rljob_bounded = True  # type: ignore[attr-defined]
     return run
