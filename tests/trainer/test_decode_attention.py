@@ -246,19 +246,3 @@ def test_the_sampler_with_an_int8_cache_prefills_exactly_and_decodes_close(monke
     agree = np.cumprod(ours["tokens"] == tunix["tokens"], axis=1).astype(bool)
     assert agree[:, 1:].any()  # some decoded tokens to compare
     np.testing.assert_array_less(np.abs(ours["logprobs"] - tunix["logprobs"])[agree], 0.05)
-
-
-def test_a_grpo_run_trains_with_an_int8_cache(monkeypatch) -> None:
-    """Through the trainer: the int8 cache installed on the cluster's sampler, two steps train."""
-    from rljob_trainer.run import main as trainer_main
-
-    from tests.trainer.test_run_grpo import job
-
-    installed: list[decode.Installed] = []
-    real = decode.install
-    monkeypatch.setattr(decode, "install", lambda *a, **k: installed.append(real(*a, **k)) or installed[-1])
-    monkeypatch.setattr(decode, "BOUNDED", True)
-    monkeypatch.setattr(decode, "INT8_CACHE", True)
-    run = trainer_main.train(job(maxSteps=2, batchSize=2, beta=0.0))
-    assert [r.step for r in run.recorder.reports] == [1, 2]
-    assert [i.int8_cache for i in installed] == [True]
