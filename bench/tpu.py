@@ -84,7 +84,7 @@ def args_of(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--save-dots",
-        choices=("mlp", "all"),
+        choices=("mlp", "all", "everything"),
         default=None,
         help="the scanned layers keep these matmul outputs for the backward instead of recomputing them "
         "(stack.SAVE_DOTS; default: none kept, every layer recomputed whole): an A/B arm",

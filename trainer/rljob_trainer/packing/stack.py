@@ -36,7 +36,10 @@ SCAN_LAYERS: bool | None = None
 # norms, the attention kernel's forward and elementwise work. Off by default: on the chip (docs/tpu.md,
 # 2026-12-07 08:05) "all" made the v5e example's train phase 4% faster (5.08 / 5.45 -> 4.87 / 5.24 s) for
 # temporaries of 10.39 instead of 4.56 GiB a one-row chunk (compiled for v5e), which the token budget
-# does not plan for.
+# does not plan for. "everything": every value the forward computes is kept
+# (``jax.checkpoint_policies.everything_saveable``), nothing recomputed: what Tunix's learner does where it
+# fits (issue 40's small shape: the trainer's train program 0.216 s of device time there against Tunix's
+# 0.131-0.164 s, docs/tpu.md 2026-12-07 18:05); an arm to measure, sized by no budget.
 SAVE_DOTS: str | None = None
 
 
@@ -51,6 +54,8 @@ def saved_dots(hidden_dim: int) -> Callable[..., bool] | None:
         return None
     if SAVE_DOTS == "all":
         return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    if SAVE_DOTS == "everything":
+        return jax.checkpoint_policies.everything_saveable
 
     def mlp_in(prim: Any, *avals: Any, **params: Any) -> bool:
         # ``nnx.Linear``: ``dot_general(x, kernel [in, out])``; the MLP's gate and up kernels are [D, F]
