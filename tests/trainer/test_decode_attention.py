@@ -67,23 +67,32 @@ def test_shared_prompts_counts_aligned_repeats_of_each_prompt() -> None:
     assert decode_attention.shared_prompts(np.zeros((6, 3), np.int32)) == 6
 
 
-@pytest.mark.parametrize("end", [17, 20, 33, 64])
-def test_grouped_attention_reads_each_prompt_once_a_group(monkeypatch, end: int) -> None:
-    """Two prompts x 3 sequences, prompts of 16 positions (left-padded alike within a group): the result
-    is Tunix's, with NaN in every prompt position of each group's second and third sequence (read only
-    from the first) and in every block past the filled ones."""
-    monkeypatch.setattr(decode_attention, "BLOCK", 16)
+def grouped_case(end: int, group: int, prompt: int) -> tuple[jax.Array, np.ndarray, np.ndarray, jax.Array]:
+    """6 sequences' queries ``[6, 1, 4, 8]``, keys and values ``[6, 64, 2, 8]`` (float32, drawn with seed
+    ``end``; every ``group`` consecutive sequences hold one prompt's first ``prompt`` keys and values) and
+    Tunix's mask over positions ``[pad, end)``, left-padded by 2 in the first three sequences, 9 after."""
     rng = np.random.default_rng(end)
-    b, s, n, kh, h, group, prompt = 6, 64, 4, 2, 8, 3, 16
+    b, s, n, kh, h = 6, 64, 4, 2, 8
     q = jnp.asarray(rng.normal(size=(b, 1, n, h)), jnp.float32)
     k = rng.normal(size=(b, s, kh, h)).astype(np.float32)
     v = rng.normal(size=(b, s, kh, h)).astype(np.float32)
     for first in range(0, b, group):  # a group's prompt keys and values: one prompt's, repeated
         k[first + 1 : first + group, :prompt] = k[first, :prompt]
         v[first + 1 : first + group, :prompt] = v[first, :prompt]
-    pads = np.repeat([2, 9], group)
+    pads = np.repeat([2, 9], 3)
     positions = np.arange(s)
     mask = jnp.asarray((positions[None, :] >= pads[:, None]) & (positions[None, :] < end))[:, None, :]
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("end", [17, 20, 33, 64])
+def test_grouped_attention_reads_each_prompt_once_a_group(monkeypatch, end: int) -> None:
+    """Two prompts x 3 sequences, prompts of 16 positions (left-padded alike within a group): the result
+    is Tunix's, with NaN in every prompt position of each group's second and third sequence (read only
+    from the first) and in every block past the filled ones."""
+    monkeypatch.setattr(decode_attention, "BLOCK", 16)
+    b, group, prompt = 6, 3, 16
+    q, k, v, mask = grouped_case(end, group, prompt)
     want = tunix_attention(q, jnp.asarray(k), jnp.asarray(v), mask, 0.35)
     for first in range(0, b, group):
         k[first + 1 : first + group, :prompt] = v[first + 1 : first + group, :prompt] = np.nan
@@ -194,19 +203,10 @@ def test_attention_over_an_int8_cache_is_the_attention_over_its_values(
     holds (integers times scales), with every unread position NaN in both the integers' scales and,
     for the grouped case, every prompt copy past each group's first."""
     monkeypatch.setattr(decode_attention, "BLOCK", 16)
-    rng = np.random.default_rng(end)
-    b, s, n, kh, h = 6, 64, 4, 2, 8
-    q = jnp.asarray(rng.normal(size=(b, 1, n, h)), jnp.float32)
-    k = rng.normal(size=(b, s, kh, h)).astype(np.float32)
-    v = rng.normal(size=(b, s, kh, h)).astype(np.float32)
-    for first in range(0, b, group):
-        k[first + 1 : first + group, :prompt] = k[first, :prompt]
-        v[first + 1 : first + group, :prompt] = v[first, :prompt]
+    b = 6
+    q, k, v, mask = grouped_case(end, group, prompt)
     (ki, ks), (vi, vs) = decode_attention.quantize(jnp.asarray(k)), decode_attention.quantize(jnp.asarray(v))
     values = [np.asarray(i, np.float32) * np.asarray(sc)[..., None] for i, sc in ((ki, ks), (vi, vs))]
-    pads = np.repeat([2, 9], 3)
-    positions = np.arange(s)
-    mask = jnp.asarray((positions[None, :] >= pads[:, None]) & (positions[None, :] < end))[:, None, :]
     want = tunix_attention(q, jnp.asarray(values[0]), jnp.asarray(values[1]), mask, 0.35)
     ks, vs = np.array(ks), np.array(vs)
     past = prompt + -(-(end - prompt) // 16) * 16

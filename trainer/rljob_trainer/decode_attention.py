@@ -327,14 +327,12 @@ def _wrapped(
         call = bound.arguments
         cache = call["cache"]
         decoding = cache is not None and call["x"].shape[1] == 1 and call.get("segment_ids") is None
-        if cache is not None and "k_scale" in cache:  # a quantized cache: only this block reads it
-            q, k, v = projections(self, call)
-            step = decode_step if decoding else prefill_step
-            return step(self, q, k, v, cache, call["attn_mask"])
-        if not (decoding and getattr(_ON, "on", False)):
+        quantized = cache is not None and "k_scale" in cache  # only this block reads such a cache
+        if not (quantized or (decoding and getattr(_ON, "on", False))):
             return block(self, *args, **kwargs)
         q, k, v = projections(self, call)
-        return decode_step(self, q, k, v, cache, call["attn_mask"])
+        step = decode_step if decoding else prefill_step
+        return step(self, q, k, v, cache, call["attn_mask"])
 
     run._rljob_bounded = True  # type: ignore[attr-defined]
     return run
