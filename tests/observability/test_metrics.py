@@ -75,11 +75,14 @@ def test_steps_phases_tokens_rewards() -> None:
     assert value(s, "rljob_trainer_step_time_baseline_seconds") == 3.0
 
 
+COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
 def test_a_step_that_compiled_is_labelled() -> None:
     tm = m.TrainerMetrics(rljob="j")
     tm(report(1))
-    tm.on_compile("/jax/core/compile/backend_compile_duration", 4.0)
-    tm.on_compile("/jax/some/other_event", 100.0)  # not a compile: ignored
+    tm.on_compile(COMPILE, 10.0, 14.0)
+    tm.on_compile("/jax/some/other_event", 0.0, 100.0)  # not a compile: ignored
     tm(report(2))
     tm(report(3))
     s = samples(tm)
@@ -161,11 +164,12 @@ def test_no_peak_no_mfu_series() -> None:
 def test_goodput_seconds_by_kind_add_up() -> None:
     """Start-up (process start to the first step, less compiles and the restore), steps split into
     productive, compile and idle, checkpoint pauses: each second in exactly one kind."""
-    tm = m.TrainerMetrics(rljob="j", process_start=time.time() - 100.0)
-    tm.on_compile("/jax/core/compile/backend_compile_duration", 30.0)  # while building the model
+    now = time.time()
+    tm = m.TrainerMetrics(rljob="j", process_start=now - 100.0)
+    tm.on_compile(COMPILE, now - 90.0, now - 60.0)  # while building the model
     tm.on_resume(4, seconds=20.0)
     tm.on_step_start(5)
-    tm.on_compile("/jax/core/compile/backend_compile_duration", 0.5)  # inside the step's phases
+    tm.on_compile(COMPILE, now + 1.0, now + 1.5)  # inside the step's phases
     tm(report(5, seconds=3.0))  # phases add up to 2.0 s: 1.0 s outside them is idle
     tm.on_checkpoint(5, 4.0)
     tm.on_step_start(6)  # not the first: no more start-up
@@ -247,8 +251,8 @@ def test_compiles_are_counted_by_the_phase_of_the_thread_that_compiled() -> None
     rec = StepRecorder(max_steps=2, packed=True)
     tm = m.TrainerMetrics(rljob="j")
     tm.active_phase = rec.active_phase
-    event = "/jax/core/compile/backend_compile_duration"
-    tm.on_compile(event, 5.0)  # model set-up: before any phase
+    event = COMPILE
+    tm.on_compile(event, 0.0, 5.0)  # model set-up: before any phase
     rec.begin(1)
     in_rollout, go_on = threading.Event(), threading.Event()
 
@@ -256,7 +260,7 @@ def test_compiles_are_counted_by_the_phase_of_the_thread_that_compiled() -> None
         with rec.phase("rollout"):
             in_rollout.set()
             go_on.wait(5)
-            tm.on_compile(event, 2.0)
+            tm.on_compile(event, 10.0, 12.0)
 
     t = threading.Thread(target=worker)
     t.start()
@@ -264,8 +268,8 @@ def test_compiles_are_counted_by_the_phase_of_the_thread_that_compiled() -> None
     with rec.phase("train"):  # the main thread trains while the worker, in rollout, compiles
         go_on.set()
         t.join(5)
-        tm.on_compile(event, 3.0)
-        tm.on_compile(event, 1.0)
+        tm.on_compile(event, 20.0, 23.0)
+        tm.on_compile(event, 30.0, 31.0)
     s = samples(tm)
     assert value(s, "rljob_trainer_compilations_total", phase="startup") == 1
     assert value(s, "rljob_trainer_compilations_total", phase="rollout") == 1
@@ -273,6 +277,41 @@ def test_compiles_are_counted_by_the_phase_of_the_thread_that_compiled() -> None
     assert value(s, "rljob_trainer_compile_seconds_total", phase="actor_train") == 4.0
     assert value(s, "rljob_trainer_time_seconds_total", kind="compile") == 11.0
     assert rec.active_phase() is None
+
+
+def test_overlapping_compiles_count_their_wall_time_once() -> None:
+    """Two threads compile at once (the train step prewarmed beside the rollout's compile): the compile
+    kind counts the union of their spans, so the kinds never exceed the wall time, while the per-phase
+    compile seconds count each compile whole; a compile inside another still marks its step compiled."""
+    now = time.time()
+    tm = m.TrainerMetrics(rljob="j", process_start=now - 10.0)
+    tm.on_step_start(1)
+    tm.on_compile(COMPILE, now + 3.0, now + 4.0)  # a short one, reported first ...
+    tm.on_compile(COMPILE, now + 0.0, now + 10.0)  # ... inside a long one that started earlier
+    tm.on_compile(COMPILE, now + 8.0, now + 12.0)  # overlapping the long one's end
+    tm(report(1, seconds=13.0))
+    tm.on_step_start(2)
+    tm(report(2, seconds=2.0))
+    tm.on_step_start(3)
+    tm.on_compile(COMPILE, now + 20.0, now + 20.5)  # wholly inside nothing: a new compile
+    tm(report(3, seconds=2.0))
+    s = samples(tm)
+    kind = {k: value(s, "rljob_trainer_time_seconds_total", kind=k) for k in goodput.KINDS}
+    assert kind["compile"] == pytest.approx(12.5)
+    assert value(s, "rljob_trainer_compile_seconds_total", phase="startup") == pytest.approx(15.5)
+    assert value(s, "rljob_trainer_step_duration_seconds_count", compiled="true") == 2  # steps 1 and 3
+    assert sum(kind.values()) == pytest.approx(10.0 + 13.0 + 2.0 + 2.0, abs=0.5)
+
+
+def test_a_compile_inside_an_earlier_one_still_marks_its_step() -> None:
+    ledger = goodput.Ledger(process_start=0.0)
+    ledger.step_started(100.0)
+    assert ledger.compiled(100.0, 110.0) == 10.0
+    ledger.step_ended(10.0, {"train": 10.0})
+    ledger.step_started(110.0)
+    assert ledger.compiled(105.0, 109.0) == 0.0  # reported late, inside the first: no new wall time
+    compiled, split = ledger.step_ended(1.0, {"train": 1.0})
+    assert compiled and split == {"productive_step": 1.0, "rollout_idle": 0.0}
 
 
 def test_hbm_by_phase_from_the_recorders_memory_probe() -> None:

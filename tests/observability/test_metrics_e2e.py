@@ -115,7 +115,8 @@ def test_metrics_during_and_after_a_real_run(tmp_path: Path) -> None:
     }
     assert all(n >= 1 for n in by_phase.values()), by_phase
     seconds = sum(v for (n, _), v in after.items() if n == "rljob_trainer_compile_seconds_total")
-    assert abs(seconds - kind["compile"]) < 1e-6 * max(1.0, seconds)
+    # Each compile whole by phase; the compile kind counts overlapping compiles' wall time once.
+    assert seconds >= kind["compile"] * (1 - 1e-6) > 0
     assert (
         sum(kind.values()) <= time.time() - started + 5
     )  # the process started after `started`, +import skew

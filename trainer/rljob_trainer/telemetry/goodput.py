@@ -11,10 +11,13 @@ Kinds, and where each second comes from (none is counted twice):
 
 * ``productive_step``: inside a global step, the device phases (rollout, reference and old-policy
   log-probs, actor update, weight sync) minus XLA compiles that happened during the step.
-* ``compile``: XLA backend compile time (``jax.monitoring``'s ``backend_compile_duration``), at start-up
-  and inside steps (a new packed-row bucket, a first call). A compile beside other work (the train step
-  compiled while the first rollout samples, ``packing.prewarm``) is counted here too and taken out of the
-  step's productive seconds: the first step's rollout shows as compile time for as long as both ran.
+* ``compile``: wall seconds during which XLA compiled (``jax.monitoring``'s ``backend_compile_duration``
+  time spans), at start-up and inside steps (a new packed-row bucket, a first call). Compiles that overlap
+  (the train step compiled in one thread while the rollout's compile in another, ``packing.prewarm``)
+  count their union once, so the kinds never add up to more than the wall time; the per-phase compile
+  seconds (``metrics.py``) count each compile whole. A compile beside other work (the train step compiled
+  while the first rollout samples) is taken out of the step's productive seconds: the first step's rollout
+  shows as compile time for as long as both ran.
 * ``rollout_idle``: inside a global step, the time outside every device phase: reward functions,
   advantages, batching, the next batch's data on the host. The accelerators wait for the host then. (Tunix's
   ``perf/rollout_idle_time`` is the disaggregated layout's: a separate rollout mesh waiting for the
@@ -58,6 +61,25 @@ def split_step(seconds: float, phase_seconds: dict[str, float], compile_seconds:
     }
 
 
+def uncovered(start: float, end: float, covered: list[tuple[float, float]]) -> float:
+    """Seconds of ``[start, end]`` outside every interval of ``covered`` (sorted, disjoint)."""
+    seconds = max(0.0, end - start)
+    for a, b in covered:
+        seconds -= max(0.0, min(b, end) - max(a, start))
+    return seconds
+
+
+def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of ``intervals`` as sorted, disjoint intervals."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def startup_seconds(now: float, process_start: float, accounted: float) -> float:
     """Seconds from the process's start to ``now`` (its first step beginning) not already ``accounted``
     to another kind (compiles, the checkpoint restore)."""
@@ -65,26 +87,32 @@ def startup_seconds(now: float, process_start: float, accounted: float) -> float
 
 
 class Ledger:
-    """One process's goodput bookkeeping between the metrics hooks: compile seconds (JAX reports them from
-    any thread, hence the lock), the checkpoint restore, and whether the first step has begun. Its methods
-    return seconds by kind; the caller counts them."""
+    """One process's goodput bookkeeping between the metrics hooks: the wall seconds XLA compiled (JAX
+    reports each compile's time span from the thread that compiled, hence the lock; overlapping spans count
+    once), the checkpoint restore, and whether the first step has begun. Its methods return seconds by
+    kind; the caller counts them."""
 
     def __init__(self, process_start: float) -> None:
         self._lock = threading.Lock()
         self._process_start = process_start
-        self._compile_total = 0.0
-        self._compile_in_step = 0.0  # since the last step ended: marks the next step compiled="true"
+        self._compile_total = 0.0  # wall seconds: the union of the compile spans so far
+        self._compile_spans: list[tuple[float, float]] = []  # that union, as sorted disjoint spans
+        self._compiles_in_step = 0  # since the last step ended: marks the next step compiled="true"
         self._compile_at_step_start = 0.0
         self._restore_seconds = 0.0
         self._steps_seen = 0
         self._started = False
         self._resumed = False
 
-    def compiled(self, seconds: float) -> None:
-        """XLA compiled for ``seconds`` (the compile kind counts them as they happen)."""
+    def compiled(self, start: float, end: float) -> float:
+        """XLA compiled from ``start`` to ``end`` (Unix seconds): the seconds of it no earlier compile
+        covered, which the compile kind counts as they happen."""
         with self._lock:
-            self._compile_in_step += seconds
-            self._compile_total += seconds
+            new = uncovered(start, end, self._compile_spans)
+            self._compile_spans = merged([*self._compile_spans, (start, end)])
+            self._compiles_in_step += 1
+            self._compile_total += new
+        return new
 
     def restored(self, seconds: float) -> None:
         """The process resumed from a checkpoint read in ``seconds``: its start-up is a restart."""
@@ -107,8 +135,8 @@ class Ledger:
         """A step of ``seconds`` ended: (whether it compiled, its productive and idle seconds). The first
         step of a process always counts as compiled."""
         with self._lock:
-            compiled = self._steps_seen == 0 or self._compile_in_step > 0
-            self._compile_in_step = 0.0
+            compiled = self._steps_seen == 0 or self._compiles_in_step > 0
+            self._compiles_in_step = 0
             compile_in_step = self._compile_total - self._compile_at_step_start
             self._steps_seen += 1
         return compiled, split_step(seconds, phase_seconds, compile_in_step)

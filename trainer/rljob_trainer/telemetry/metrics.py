@@ -283,7 +283,8 @@ class TrainerMetrics:
         )
         self.compile_seconds = Counter(
             names.COMPILE_SECONDS,
-            "Seconds of XLA compilation in this process, by phase (their sum is time_seconds_total{kind=compile}).",
+            "Seconds of XLA compilation in this process, by phase: each compile whole, so where compiles "
+            "overlap in two threads their sum exceeds time_seconds_total{kind=compile} (wall seconds).",
             [*base, "phase"],
             registry=r,
         )
@@ -296,11 +297,14 @@ class TrainerMetrics:
                 self.peak_flops.labels(**lb).set(step_flops.peak_per_chip)
 
     # --- hooks -------------------------------------------------------------------------------------
-    def on_compile(self, event: str, duration_secs: float, **_: Any) -> None:
-        """A jax.monitoring duration listener: counts XLA backend compiles (see ``watch_compiles``)."""
+    def on_compile(self, event: str, start_time: float, end_time: float, **_: Any) -> None:
+        """A jax.monitoring time-span listener: counts XLA backend compiles (see ``watch_compiles``). The
+        span, not only the duration, so that compiles overlapping in two threads count their wall time once
+        in the goodput kinds."""
         if event == "/jax/core/compile/backend_compile_duration":
-            self.time_seconds.labels(**self._labels, kind="compile").inc(duration_secs)
-            self._ledger.compiled(duration_secs)
+            duration_secs = end_time - start_time
+            wall = self._ledger.compiled(start_time, end_time)
+            self.time_seconds.labels(**self._labels, kind="compile").inc(wall)
             active = self.active_phase()  # JAX calls listeners in the compiling thread
             phase = names.PHASE_LABELS.get(active, active) if active else names.COMPILE_OUTSIDE_PHASES
             self.compilations.labels(**self._labels, phase=phase).inc()
@@ -317,7 +321,7 @@ class TrainerMetrics:
         """Register ``on_compile`` with JAX, so steps that compiled are labelled ``compiled="true"``."""
         import jax.monitoring
 
-        jax.monitoring.register_event_duration_secs_listener(self.on_compile)
+        jax.monitoring.register_event_time_span_listener(self.on_compile)
         self._watching = True
 
     def unwatch_compiles(self) -> None:
@@ -326,7 +330,7 @@ class TrainerMetrics:
 
             # AssertionError is JAX's "not registered": Tunix's MetricsLogger.close() clears them all
             with contextlib.suppress(AssertionError):
-                jax.monitoring.unregister_event_duration_listener(self.on_compile)
+                jax.monitoring.unregister_event_time_span_listener(self.on_compile)
             self._watching = False
 
     def __call__(self, r: StepReport) -> None:
