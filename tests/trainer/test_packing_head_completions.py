@@ -136,9 +136,18 @@ def test_counted_head_gradients_equal_autodiff(terms):
     assert not np.asarray(gx[12:]).any()
 
 
-@pytest.mark.parametrize(("family", "attention", "overrides"), FORWARD_CASES)
-def test_head_at_completions_equals_whole_rows(family, attention, overrides):
-    """Packed rows: reference/old log-probs, loss and gradients, whole head and chunked (37 tokens)."""
+# The head whole (0) or in chunks of 37 tokens: each family x attention case once, each chunking on tied
+# and untied heads and on blocked and dense attention (FORWARD_CASES: tied, untied, untied, tied, ...).
+HEAD_CASES = [(*case, chunk) for case, chunk in zip(FORWARD_CASES, (0, 37, 37, 0, 0, 37), strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("family", "attention", "overrides", "chunk"),
+    HEAD_CASES,
+    ids=[f"{f}-{a}-{c}" for f, a, _, c in HEAD_CASES],
+)
+def test_head_at_completions_equals_whole_rows(family, attention, overrides, chunk):
+    """Packed rows: reference/old log-probs, loss and gradients, the head whole or chunked (37 tokens)."""
     model = tiny_model(family, seed=4, **overrides)
     cfg = grpo_config()
     ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
@@ -147,20 +156,17 @@ def test_head_at_completions_equals_whole_rows(family, attention, overrides):
     assert layout.plan.rows_used < len(PROMPTS)  # rows hold several sequences
     packed, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, layout=layout)
     mask = np.asarray(ex.completion_mask)
-    for chunk in (0, 37):
-        kw = {"temperature": 0.7, "attention": attention, "block": BLOCK, "vocab_chunk": chunk}
-        got = np.asarray(packed_completion_logps(model, [layout], head_at="completions", **kw))
-        want = np.asarray(packed_completion_logps(model, [layout], head_at="rows", **kw))
-        assert within(np.abs(got - want).max(), 1e-5), chunk  # padding too: 0 in both
-        assert np.abs(want[mask]).min() > 0
+    kw = {"temperature": 0.7, "attention": attention, "block": BLOCK, "vocab_chunk": chunk}
+    got = np.asarray(packed_completion_logps(model, [layout], head_at="completions", **kw))
+    want = np.asarray(packed_completion_logps(model, [layout], head_at="rows", **kw))
+    assert within(np.abs(got - want).max(), 1e-5), chunk  # padding too: 0 in both
+    assert np.abs(want[mask]).min() > 0
 
-        def fn(head_at, chunk=chunk):
-            loss = make_packed_grpo_loss_fn(
-                attention=attention, block=BLOCK, vocab_chunk=chunk, head_at=head_at
-            )
-            return lambda m: loss(m, packed, cfg)
+    def fn(head_at):
+        loss = make_packed_grpo_loss_fn(attention=attention, block=BLOCK, vocab_chunk=chunk, head_at=head_at)
+        return lambda m: loss(m, packed, cfg)
 
-        _assert_same_loss(_grads(fn("completions"), model), _grads(fn("rows"), model))
+    _assert_same_loss(_grads(fn("completions"), model), _grads(fn("rows"), model))
 
 
 @pytest.mark.parametrize(

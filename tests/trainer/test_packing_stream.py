@@ -89,9 +89,20 @@ def test_stream_needs_a_single_data_shard():
         _layouts(ex, row_multiple=2)
 
 
-@pytest.mark.parametrize(("family", "attention", "overrides"), FORWARD_CASES)
-def test_stream_equals_rows(family, attention, overrides):
-    """Reference/old log-probs and loss + gradients, head at completions and at rows, whole and chunked."""
+# Where the head runs and its vocabulary chunk, one per case in turn: every family x attention case checks
+# the stream against the rows, and every head, blocked and dense alike, runs on two families (all three
+# heads on every case took ~8 min of a cold CI run for what the layers' code does not depend on).
+HEADS = [("completions", 0), ("completions", 37), ("rows", 37)]
+STREAM_CASES = [(*case, HEADS[i % len(HEADS)]) for i, case in enumerate(FORWARD_CASES)]
+
+
+@pytest.mark.parametrize(
+    ("family", "attention", "overrides", "head"),
+    STREAM_CASES,
+    ids=[f"{f}-{a}-{h}-{c}" for f, a, _, (h, c) in STREAM_CASES],
+)
+def test_stream_equals_rows(family, attention, overrides, head):
+    """Reference/old log-probs and loss + gradients, the head at completions or at rows, whole or chunked."""
     model = tiny_model(family, seed=4, **overrides)
     cfg = grpo_config()
     ex = random_train_example(PROMPTS, COMPLETIONS, max_prompt=MAX_P, max_completion=MAX_C, seed=6)
@@ -103,7 +114,7 @@ def test_stream_equals_rows(family, attention, overrides):
     without, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, layout=rows)
     assert without.stream_index is None
     mask = np.asarray(ex.completion_mask)
-    for head_at, chunk in (("completions", 0), ("completions", 37), ("rows", 37)):
+    for head_at, chunk in [head]:
         kw = {
             "temperature": 0.7,
             "attention": attention,
