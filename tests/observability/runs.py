@@ -2,9 +2,10 @@
 
 Why subprocesses: SIGTERM, exit codes and ``jax.distributed`` are per process, and a fresh process keeps
 the runs hermetic (same XLA flags, same device count) so parameters can be compared bit for bit.
-A persistent JAX compilation cache shared by all runs (also across test sessions) cuts each run's
-compile time from ~30 s to a few seconds on the 2-core CI machine; cached executables are the same
-executables, so determinism is unaffected.
+JAX's persistent compilation cache stays off in these runs (tests/conftest.py: their tests watch the first
+step compile) unless a test turns it on (``JAX_ENABLE_COMPILATION_CACHE=true``); the trainer then caches in
+the job's own directory (``run/compile_cache.py``), and ``env`` only makes it keep every program, however
+small or quick to compile.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -21,7 +21,6 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-JAX_CACHE = Path(tempfile.gettempdir()) / "rljob-test-jax-cache"
 
 
 def manifest(
@@ -57,13 +56,11 @@ def write(path: Path, doc: dict[str, Any]) -> Path:
 
 
 def env(**extra: str) -> dict[str, str]:
-    JAX_CACHE.mkdir(exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RLJOB_", "XLA_FLAGS"))}
     return {
         **base,
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": f"{ROOT}:{ROOT / 'trainer'}:{ROOT / 'operator'}",
-        "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
         "PYTHONUNBUFFERED": "1",
