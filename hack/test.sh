@@ -52,7 +52,8 @@ else
   # background since the start; docs/maxtext.md) run in that same background slot (~3 min), then the
   # `late` files of the rest (~15 min beside it): the rest alone took ~43 min warm and left the second core
   # idle after the first ~20; so split (docs/cluster.md, "Time": session 35's rehearsal ended the rest at
-  # 39:29 and the late files at ~34:30, so the decode tests joined them).
+  # 39:29 and the late files at ~34:30, so the decode tests joined them; session 37's: the rest 62:03, the
+  # background slot ~43:50, so the sharded-run and GCS-resume trainers, ~6 min of subprocesses, joined too).
   late=(
     tests/trainer/test_packing_stream.py
     tests/trainer/test_packing_budget.py
@@ -61,6 +62,8 @@ else
     tests/trainer/test_packing_remat.py
     tests/trainer/test_decode.py
     tests/trainer/test_decode_attention.py
+    tests/trainer/test_tpu_shardings.py
+    tests/trainer/test_gcs_resume.py
   )
   cluster_log=$(mktemp /tmp/rljob-pytest-cluster.XXXXXX.log)
   (
