@@ -114,28 +114,28 @@ def test_stream_equals_rows(family, attention, overrides, head):
     without, _ = pack_train_example(ex, ROW, pad_id=PAD_ID, layout=rows)
     assert without.stream_index is None
     mask = np.asarray(ex.completion_mask)
-    for head_at, chunk in [head]:
-        kw = {
-            "temperature": 0.7,
-            "attention": attention,
-            "block": BLOCK,
-            "vocab_chunk": chunk,
-            "head_at": head_at,
-        }
-        got = np.asarray(packed_completion_logps(model, [stream], **kw))
-        want = np.asarray(packed_completion_logps(model, [rows], **kw))
-        assert np.abs(want[mask]).min() > 0
-        assert np.abs(got - want).max() < 1e-5, (head_at, chunk)
+    head_at, chunk = head
+    kw = {
+        "temperature": 0.7,
+        "attention": attention,
+        "block": BLOCK,
+        "vocab_chunk": chunk,
+        "head_at": head_at,
+    }
+    got = np.asarray(packed_completion_logps(model, [stream], **kw))
+    want = np.asarray(packed_completion_logps(model, [rows], **kw))
+    assert np.abs(want[mask]).min() > 0
+    assert np.abs(got - want).max() < 1e-5, (head_at, chunk)
 
-        loss = make_packed_grpo_loss_fn(attention=attention, block=BLOCK, vocab_chunk=chunk, head_at=head_at)
-        got_loss, got_aux, got_g = _grads(lambda m, f=loss: f(m, with_stream, cfg), model)
-        want_loss, want_aux, want_g = _grads(lambda m, f=loss: f(m, without, cfg), model)
-        assert abs(got_loss - want_loss) < 1e-5
-        for key in ("kl", "pg_loss", "entropy", "ppo_kl"):
-            assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
-        assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4
-        for g, w in zip(got_g, want_g, strict=True):
-            assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
+    loss = make_packed_grpo_loss_fn(attention=attention, block=BLOCK, vocab_chunk=chunk, head_at=head_at)
+    got_loss, got_aux, got_g = _grads(lambda m: loss(m, with_stream, cfg), model)
+    want_loss, want_aux, want_g = _grads(lambda m: loss(m, without, cfg), model)
+    assert abs(got_loss - want_loss) < 1e-5
+    for key in ("kl", "pg_loss", "entropy", "ppo_kl"):
+        assert abs(float(got_aux[key]) - float(want_aux[key])) < 1e-5, key
+    assert max(float(np.abs(np.asarray(g)).max()) for g in want_g) > 1e-4
+    for g, w in zip(got_g, want_g, strict=True):
+        assert np.abs(np.asarray(g) - np.asarray(w)).max() < 1e-5
 
 
 def test_stream_shifted_by_one_token_is_caught():

@@ -61,14 +61,6 @@ def split_step(seconds: float, phase_seconds: dict[str, float], compile_seconds:
     }
 
 
-def uncovered(start: float, end: float, covered: list[tuple[float, float]]) -> float:
-    """Seconds of ``[start, end]`` outside every interval of ``covered`` (sorted, disjoint)."""
-    seconds = max(0.0, end - start)
-    for a, b in covered:
-        seconds -= max(0.0, min(b, end) - max(a, start))
-    return seconds
-
-
 def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The union of ``intervals`` as sorted, disjoint intervals."""
     out: list[tuple[float, float]] = []
@@ -95,8 +87,7 @@ class Ledger:
     def __init__(self, process_start: float) -> None:
         self._lock = threading.Lock()
         self._process_start = process_start
-        self._compile_total = 0.0  # wall seconds: the union of the compile spans so far
-        self._compile_spans: list[tuple[float, float]] = []  # that union, as sorted disjoint spans
+        self._compile_spans: list[tuple[float, float]] = []  # the union of the compiles so far (disjoint)
         self._compiles_in_step = 0  # since the last step ended: marks the next step compiled="true"
         self._compile_at_step_start = 0.0
         self._restore_seconds = 0.0
@@ -108,11 +99,14 @@ class Ledger:
         """XLA compiled from ``start`` to ``end`` (Unix seconds): the seconds of it no earlier compile
         covered, which the compile kind counts as they happen."""
         with self._lock:
-            new = uncovered(start, end, self._compile_spans)
+            before = self._compile_wall()
             self._compile_spans = merged([*self._compile_spans, (start, end)])
             self._compiles_in_step += 1
-            self._compile_total += new
-        return new
+            return self._compile_wall() - before
+
+    def _compile_wall(self) -> float:
+        """Wall seconds during which XLA compiled so far (the caller holds the lock)."""
+        return sum(b - a for a, b in self._compile_spans)
 
     def restored(self, seconds: float) -> None:
         """The process resumed from a checkpoint read in ``seconds``: its start-up is a restart."""
@@ -123,8 +117,8 @@ class Ledger:
         """A step begins at ``now``. The first one ends the start-up: ("startup" or "restart", its seconds
         not already counted as compiles or restore); None for every later step."""
         with self._lock:
-            self._compile_at_step_start = self._compile_total
-            accounted = self._compile_total + self._restore_seconds
+            self._compile_at_step_start = self._compile_wall()
+            accounted = self._compile_at_step_start + self._restore_seconds
         if self._started:
             return None
         self._started = True
@@ -137,7 +131,7 @@ class Ledger:
         with self._lock:
             compiled = self._steps_seen == 0 or self._compiles_in_step > 0
             self._compiles_in_step = 0
-            compile_in_step = self._compile_total - self._compile_at_step_start
+            compile_in_step = self._compile_wall() - self._compile_at_step_start
             self._steps_seen += 1
         return compiled, split_step(seconds, phase_seconds, compile_in_step)
 
